@@ -1,0 +1,50 @@
+# Offload Lab. `make lab` opens the notebooks, `make test` runs every test (notebooks included).
+# Both create .venv on first use (and refresh it when pyproject.toml or the lock file change).
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+LOCK   := requirements/lock.txt
+NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout 600
+
+.PHONY: lab test test-package test-notebooks notebooks benchmarks lock clean
+
+$(STAMP): pyproject.toml $(LOCK)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(LOCK) -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+## Open JupyterLab on notebooks/ (127.0.0.1 only, token auth on: open the printed URL).
+lab: $(STAMP)
+	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1
+
+## Every test: the package's pytest suite and nbval over the committed notebook outputs.
+test: $(STAMP)
+	$(BIN)/python -m pytest -q tests notebooks $(NBVAL)
+
+test-package: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+test-notebooks: $(STAMP)
+	$(BIN)/python -m pytest -q notebooks $(NBVAL)
+
+## Re-execute every notebook in place (run after changing companion/ or a notebook).
+notebooks: $(STAMP)
+	$(BIN)/python scripts/execute_notebooks.py notebooks/*.ipynb
+
+## Speed, memory and accuracy targets; each script writes benchmarks/results/<name>.json.
+benchmarks: $(STAMP)
+	for script in benchmarks/bench_*.py; do $(BIN)/python $$script || exit 1; done
+
+## Re-pin: resolve the newest versions pyproject.toml allows, then record them in the lock file.
+lock:
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install --quiet -e ".[dev]"
+	.venv-lock/bin/python -m pip freeze --exclude-editable | grep -v '^offload-lab' > $(LOCK)
+	rm -rf .venv-lock
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,74 @@
+"""``python -m companion ...``: the lab's checks for scripts and CI.
+
+Subcommands: ``targets`` (the GPU catalog), ``flags`` (the XLA flag catalog, ``--check``
+a flag string). Errors are one line on stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import flags as xla_flags
+from . import targets
+
+
+def _targets(args) -> int:
+    rows = [g.to_dict() | {"default_topology": targets.DEFAULT_TOPOLOGY[g.key]} for g in targets.GPUS.values()]
+    if args.json:
+        print(json.dumps({"gpus": rows, "host_links": {k: {
+            "name": link.name, "bidirectional_bytes_per_s": link.bidirectional_bytes_per_s,
+            "per_direction_bytes_per_s": link.per_direction_bytes_per_s, "note": link.note}
+            for k, link in targets.HOST_LINKS.items()}}, indent=1))
+        return 0
+    print(f"{'gpu':6} {'name':30} {'HBM GiB':>8} {'HBM TB/s':>8} {'bf16 TF/s':>9} {'SMs':>4}  {'cc':5} "
+          f"{'host link':28} {'GB/s/dir':>8}  topology")
+    for g in targets.GPUS.values():
+        print(f"{g.key:6} {g.name:30} {g.hbm_bytes / targets.GiB:8.1f} {g.hbm_bandwidth / 1e12:8.2f} "
+              f"{g.bf16_dense_flops / 1e12:9.0f} {g.sm_count:4}  {g.cc:5} "
+              f"{g.host_link.name:28} {g.host_link.per_direction_bytes_per_s / 1e9:8.0f}  "
+              f"{targets.DEFAULT_TOPOLOGY[g.key]}")
+    return 0
+
+
+def _flags(args) -> int:
+    if args.check is not None:
+        parsed = xla_flags.parse(args.check)
+        print(f"ok: {len(parsed)} flag(s) valid for jaxlib {xla_flags.KNOWN_JAXLIB}")
+        return 0
+    for f in xla_flags.CATALOG.values():
+        print(f"{f.as_flag():70} [{f.topic}] {f.meaning}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m companion", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("targets", help="list the GPU target catalog")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(run=_targets)
+    p = sub.add_parser("flags", help="list the XLA flag catalog, or --check an XLA_FLAGS string")
+    p.add_argument("--check", metavar="XLA_FLAGS", help="validate this flag string; exit 1 if it is not valid")
+    p.set_defaults(run=_flags)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # An XLA_FLAGS value starts with "--", which argparse would take for an option.
+    for i, token in enumerate(argv[:-1]):
+        if token in ("--check", "--xla-flags") and argv[i + 1].startswith("--"):
+            argv[i:i + 2] = [f"{token}={argv[i + 1]}"]
+            break
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

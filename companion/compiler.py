@@ -1,0 +1,392 @@
+"""Compile a jittable function for a GPU target and report what XLA did with memory.
+
+Three ways to get there, chosen per ``place(...)`` call:
+
+* ``"cuda"``: the CUDA PJRT plugin's compile-only topology, built from the target's
+  ``GpuTargetConfigProto``. Needs no GPU: the real GPU compiler (scheduler, host offload
+  passes, buffer assignment) runs on the CPU of a laptop or a CI machine.
+* ``"gpu"``: the GPUs of this machine, when there are any (the numbers are then also the
+  ones the allocator will see at run time).
+* ``"cpu"``: the CPU backend, when the CUDA plugin is missing (macOS, Windows). Reports say
+  so: the CPU compiler drops host-offload annotations, so host bytes are always 0 there.
+
+``"auto"`` picks the local GPUs when they match the target, else the compile-only topology,
+else the CPU with a one-line warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from . import dump as xla_dump
+from . import flags as xla_flags
+from . import hlo, stderr
+from .targets import Target
+
+BACKENDS = ("auto", "cuda", "gpu", "cpu")
+
+
+# ----------------------------------------------------------------------------- backend
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendInfo:
+    """What this process can compile for."""
+
+    platform: str  # jax.default_backend(): 'gpu' on a GPU machine, else 'cpu'
+    local_devices: tuple[str, ...]  # device kinds of this machine
+    cuda_plugin: bool  # the CUDA PJRT plugin is installed: compile-only GPU targets work
+    xla_flags_at_start: str  # XLA_FLAGS when the backend started (XLA reads it only then)
+    startup_log: str  # what the backend wrote to stderr while starting
+
+    @property
+    def can_compile_for_gpu_targets(self) -> bool:
+        return self.cuda_plugin or self.platform == "gpu"
+
+    def describe(self) -> str:
+        if self.platform == "gpu":
+            where = f"{len(self.local_devices)} local GPU(s): {', '.join(sorted(set(self.local_devices)))}"
+        else:
+            where = "no local GPU (the CPU backend runs arrays)"
+        how = ("GPU targets compile through the CUDA plugin's compile-only topology"
+               if self.cuda_plugin else "CUDA plugin missing: only the CPU backend (offload not modelled)")
+        return f"{where}; {how}"
+
+
+@functools.cache  # the backend itself is process-global: it starts once
+def backend() -> BackendInfo:
+    """Start JAX's backend (once, with its log captured) and describe it.
+
+    ``XLA_FLAGS`` is validated first: XLA aborts the whole process on a flag it does not know,
+    so a typo becomes a ``ValueError`` here instead of a dead kernel.
+    """
+    env_flags = os.environ.get("XLA_FLAGS", "")
+    xla_flags.parse(env_flags)  # raises ValueError naming the bad flag and close matches
+    with stderr.capture() as log:
+        devices = jax.devices()
+    return BackendInfo(
+        platform=jax.default_backend(),
+        local_devices=tuple(d.device_kind for d in devices),
+        cuda_plugin=_cuda_plugin_installed(),
+        xla_flags_at_start=env_flags,
+        startup_log=log.text,
+    )
+
+
+def _cuda_plugin_installed() -> bool:
+    return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
+
+
+def warn_if_xla_flags_changed() -> None:
+    """``XLA_FLAGS`` is read once, when the backend starts: later edits are silently ignored."""
+    info = backend()
+    now = os.environ.get("XLA_FLAGS", "")
+    if now != info.xla_flags_at_start:
+        warnings.warn(
+            f"XLA_FLAGS changed after the backend started (was {info.xla_flags_at_start!r}, "
+            f"now {now!r}); XLA read it once at start, so the change has no effect. "
+            "Pass flags=... to compile() instead: those apply per compile.", stacklevel=3)
+
+
+# ----------------------------------------------------------------------------- placement
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """A target, the devices standing in for it, and a named mesh over them."""
+
+    target: Target
+    mesh: Mesh
+    backend: str  # 'cuda' (compile-only topology), 'gpu' (local GPUs) or 'cpu'
+
+    @property
+    def num_devices(self) -> int:
+        return self.mesh.devices.size
+
+    @property
+    def offload_modelled(self) -> bool:
+        return self.backend != "cpu"
+
+    def sharding(self, spec: PartitionSpec | tuple | None = None) -> NamedSharding:
+        spec = spec if isinstance(spec, PartitionSpec) else PartitionSpec(*(spec or ()))
+        return NamedSharding(self.mesh, spec)
+
+    def abstract(self, shape: tuple[int, ...], dtype: Any = jnp.float32,
+                 spec: PartitionSpec | tuple | None = None) -> jax.ShapeDtypeStruct:
+        """A global-shape argument placeholder sharded over this placement's mesh."""
+        return jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype), sharding=self.sharding(spec))
+
+
+def place(target: Target, mesh_axes: Mapping[str, int] | None = None, *, backend_kind: str = "auto") -> Placement:
+    """Devices for ``target`` and a mesh named by ``mesh_axes`` (default: one axis 'fsdp').
+
+    The product of the mesh axis sizes must equal the target's number of GPUs.
+    """
+    if backend_kind not in BACKENDS:
+        raise ValueError(f"unknown backend {backend_kind!r}; choose one of {', '.join(BACKENDS)}")
+    n = target.num_devices
+    axes = dict(mesh_axes or {"fsdp": n})
+    for name, size in axes.items():
+        if not isinstance(size, int) or size < 1:
+            raise ValueError(f"mesh axis {name!r} has size {size!r}; sizes must be positive integers")
+    if _prod(axes.values()) != n:
+        raise ValueError(f"mesh {_fmt_axes(axes)} has {_prod(axes.values())} devices but target "
+                         f"{target.name} has {n}; make the axis sizes multiply to {n}")
+    info = backend()
+    kind = backend_kind
+    if kind == "auto":
+        if info.platform == "gpu" and _local_gpus_match(target):
+            kind = "gpu"
+        elif info.cuda_plugin:
+            kind = "cuda"
+        else:
+            warnings.warn("the CUDA PJRT plugin (jax-cuda12-plugin) is not installed on this platform: "
+                          "compiling on the CPU backend instead; reports are marked 'cpu' and show no "
+                          "host offload (the CPU compiler drops it)", stacklevel=2)
+            kind = "cpu"
+    if kind == "cuda":
+        if not info.cuda_plugin:
+            raise ValueError("backend 'cuda' needs the CUDA PJRT plugin: pip install "
+                             "'jax-cuda12-plugin==0.10.2' 'jax-cuda12-pjrt==0.10.2' (Linux only)")
+        devices = _compile_only_devices(target)
+    elif kind == "gpu":
+        devices = jax.devices("gpu") if info.platform == "gpu" else []
+        if len(devices) < n:
+            raise ValueError(f"backend 'gpu' needs {n} local GPUs for {target.name}, this machine has {len(devices)}")
+        devices = devices[:n]
+    else:
+        devices = jax.devices("cpu")
+        if len(devices) < n:
+            raise ValueError(
+                f"the CPU backend has {len(devices)} device(s) but {target.name} needs {n}; pick a "
+                f"1-GPU target, or start Python with XLA_FLAGS=--xla_force_host_platform_device_count={n}")
+        devices = devices[:n]
+    import numpy as np
+    mesh = Mesh(np.asarray(devices, dtype=object).reshape(tuple(axes.values())), tuple(axes))
+    return Placement(target, mesh, kind)
+
+
+def _prod(values) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+def _fmt_axes(axes: Mapping[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in axes.items())
+
+
+def _local_gpus_match(target: Target) -> bool:
+    gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    return len(gpus) >= target.num_devices and all(target.gpu.matches_device_kind(d.device_kind) for d in gpus)
+
+
+def _compile_only_devices(target: Target) -> list:
+    return list(_topology(target.gpu.target_config_text(), target.topology.spec).devices)
+
+
+@functools.cache
+def _topology(target_config: str, spec: str):
+    from jax.experimental import topologies
+
+    with stderr.capture():
+        return topologies.get_topology_desc(platform="cuda", target_config=target_config, topology=spec)
+
+
+# ----------------------------------------------------------------------------- report
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceMemory:
+    """Bytes per device as XLA's buffer assignment sees them."""
+
+    argument_bytes: int
+    output_bytes: int
+    temp_bytes: int
+    alias_bytes: int
+    peak_bytes: int
+    generated_code_bytes: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class HostMemory:
+    """Pinned host bytes per device (memory space S(5))."""
+
+    argument_bytes: int
+    output_bytes: int
+    temp_bytes: int
+    alias_bytes: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileReport:
+    """What one compile of one function for one target gave, per device."""
+
+    target: str
+    gpu: str
+    backend: str
+    num_devices: int
+    mesh: dict[str, int]
+    hbm_bytes: int
+    device: DeviceMemory
+    host: HostMemory
+    offload: hlo.OffloadSummary
+    collectives: hlo.CollectiveSummary
+    compile_seconds: float
+    flags: dict[str, Any]
+    hlo_text: str = dataclasses.field(repr=False)
+    compiler_log: str = dataclasses.field(default="", repr=False)
+    dump: xla_dump.XlaDump | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def offload_modelled(self) -> bool:
+        return self.backend != "cpu"
+
+    @property
+    def hbm_margin_bytes(self) -> int:
+        """HBM left after the peak (negative: by how much the step does not fit)."""
+        return self.hbm_bytes - self.device.peak_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.hbm_margin_bytes >= 0
+
+    @property
+    def module(self) -> hlo.HloModule:
+        return hlo.parse_module(self.hlo_text)
+
+    def hlo_lines(self, *words: str, width: int = 160, limit: int = 10) -> list[str]:
+        """Scheduled-HLO lines containing every one of ``words``, cut to ``width`` characters."""
+        hits = [line.strip() for line in self.hlo_text.splitlines() if all(w in line for w in words)]
+        return [h if len(h) <= width else h[: width - 3] + "..." for h in hits[:limit]]
+
+    def to_dict(self) -> dict:
+        return {
+            "target": self.target,
+            "gpu": self.gpu,
+            "backend": self.backend,
+            "offload_modelled": self.offload_modelled,
+            "num_devices": self.num_devices,
+            "mesh": dict(self.mesh),
+            "hbm_bytes": self.hbm_bytes,
+            "fits": self.fits,
+            "hbm_margin_bytes": self.hbm_margin_bytes,
+            "device": dataclasses.asdict(self.device),
+            "host": dataclasses.asdict(self.host),
+            "offload": self.offload.to_dict(),
+            "collectives": self.collectives.to_dict(),
+            "compile_seconds": round(self.compile_seconds, 3),
+            "flags": dict(self.flags),
+        }
+
+    def to_json(self, **kwargs) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def summary(self) -> str:
+        """A few lines for a terminal or a notebook cell."""
+        gib = 2 ** 30
+        d, h, o = self.device, self.host, self.offload
+        lines = [
+            f"{self.target} ({self.gpu}, {self.num_devices} devices, mesh {_fmt_axes(self.mesh)}, backend {self.backend})",
+            f"  device  peak {d.peak_bytes / gib:8.3f} GiB (arguments {d.argument_bytes / gib:.3f}, outputs "
+            f"{d.output_bytes / gib:.3f}, temp {d.temp_bytes / gib:.3f}, aliased {d.alias_bytes / gib:.3f})",
+            f"  host    temp {h.temp_bytes / gib:8.3f} GiB, args {h.argument_bytes / gib:.3f}, out {h.output_bytes / gib:.3f}",
+            f"  offload {o.d2h_ops} device->host and {o.h2d_ops} host->device ops ({o.async_pairs} async), "
+            f"{o.d2h_bytes_per_step / gib:.3f} GiB out / {o.h2d_bytes_per_step / gib:.3f} GiB back per step",
+            f"  HBM     {self.hbm_bytes / gib:.1f} GiB: " + (
+                f"fits with {self.hbm_margin_bytes / gib:.2f} GiB to spare" if self.fits
+                else f"does NOT fit, over by {-self.hbm_margin_bytes / gib:.2f} GiB"),
+        ]
+        if not self.offload_modelled:
+            lines.append("  note    CPU backend: host offload is not modelled (host bytes are always 0 here)")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+def compile(fn: Callable, *args, placement: Placement, flags: str | Mapping[str, Any] | None = None,
+            dump: bool | str | Path = False, static_argnums=(), donate_argnums=()) -> CompileReport:
+    """Lower and compile ``fn`` for ``placement`` with abstract ``args``; return the report.
+
+    ``args`` are pytrees of ``jax.ShapeDtypeStruct`` (see ``Placement.abstract``). ``flags``
+    are XLA flags (an ``XLA_FLAGS`` string or a dict), validated first and applied to this
+    compile only. ``dump=True`` also reads XLA's buffer assignment and live ranges into
+    ``report.dump`` (from a temporary folder, removed afterwards); a path keeps the files there.
+    """
+    warn_if_xla_flags_changed()
+    options = xla_flags.to_compiler_options(xla_flags.parse(flags or {}))
+    jitted = fn if hasattr(fn, "lower") else jax.jit(fn, static_argnums=static_argnums, donate_argnums=donate_argnums)
+    dump_dir = (tempfile.mkdtemp(prefix="xla_dump_") if dump is True else str(dump)) if dump else None
+    if dump_dir:
+        options = {**options, "xla_dump_to": dump_dir}
+    try:
+        with stderr.capture() as log:
+            start = time.perf_counter()
+            with jax.set_mesh(placement.mesh):
+                lowered = jitted.lower(*args)
+            try:
+                compiled = lowered.compile(compiler_options=options)
+            except Exception as err:  # XLA reports bad flag values as JaxRuntimeError
+                first = str(err).splitlines()[0]
+                raise ValueError(f"XLA refused the compile for {placement.target.name}: {first}") from None
+            seconds = time.perf_counter() - start
+        return _report(compiled, placement, seconds, options, log.text, dump_dir)
+    finally:
+        if dump is True:
+            shutil.rmtree(dump_dir, ignore_errors=True)
+
+
+def _report(compiled, placement: Placement, seconds: float, options: dict, log: str, dump_dir: str | None) -> CompileReport:
+    stats = compiled.memory_analysis()
+    text = compiled.as_text()
+    module = hlo.parse_module(text)
+    device = DeviceMemory(
+        argument_bytes=int(stats.argument_size_in_bytes),
+        output_bytes=int(stats.output_size_in_bytes),
+        temp_bytes=int(stats.temp_size_in_bytes),
+        alias_bytes=int(stats.alias_size_in_bytes),
+        peak_bytes=int(getattr(stats, "peak_memory_in_bytes", 0) or
+                       stats.argument_size_in_bytes + stats.output_size_in_bytes
+                       + stats.temp_size_in_bytes - stats.alias_size_in_bytes),
+        generated_code_bytes=int(stats.generated_code_size_in_bytes),
+    )
+    host = HostMemory(
+        argument_bytes=int(stats.host_argument_size_in_bytes),
+        output_bytes=int(stats.host_output_size_in_bytes),
+        temp_bytes=int(stats.host_temp_size_in_bytes),
+        alias_bytes=int(stats.host_alias_size_in_bytes),
+    )
+    target = placement.target
+    return CompileReport(
+        target=target.name,
+        gpu=target.gpu.name,
+        backend=placement.backend,
+        num_devices=placement.num_devices,
+        mesh=dict(placement.mesh.shape),
+        hbm_bytes=target.gpu.hbm_bytes,
+        device=device,
+        host=host,
+        offload=hlo.offload_summary(module),
+        collectives=hlo.collective_summary(module),
+        compile_seconds=seconds,
+        flags={k: v for k, v in options.items() if k != "xla_dump_to"},
+        hlo_text=text,
+        compiler_log=log,
+        dump=xla_dump.read(Path(dump_dir)) if dump_dir else None,
+    )

@@ -1,0 +1,151 @@
+"""Read the files XLA writes with ``--xla_dump_to``: buffer assignment and live ranges.
+
+Pure Python. ``read(dir)`` picks the after-optimizations files of the (last) module in a dump
+folder. The buffer assignment lists allocations (what the runtime really reserves, by memory
+space); the live-range file lists the schedule and, per buffer, the steps it is alive, from
+which ``XlaDump.timeline()`` rebuilds bytes alive per scheduled instruction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+from . import hlo
+
+
+@dataclasses.dataclass(frozen=True)
+class Allocation:
+    index: int
+    size: int
+    memory_space: int  # 0 device, 5 pinned host
+    kind: str  # parameter | output | temp | thread-local | constant | other
+    values: tuple[str, ...]  # HLO values that share it
+
+
+@dataclasses.dataclass(frozen=True)
+class LiveRange:
+    buffer: str  # "instruction{shape index}"
+    start: int
+    end: int
+
+
+@dataclasses.dataclass(frozen=True)
+class XlaDump:
+    folder: str
+    module_text: str = dataclasses.field(repr=False)
+    allocations: tuple[Allocation, ...] = dataclasses.field(repr=False)
+    sequence: tuple[str, ...] = dataclasses.field(repr=False)
+    live_ranges: tuple[LiveRange, ...] = dataclasses.field(repr=False)
+    peak_step: int | None = None
+
+    def allocated_bytes(self, memory_space: int = 0, kinds: tuple[str, ...] | None = None) -> int:
+        return sum(a.size for a in self.allocations
+                   if a.memory_space == memory_space and (kinds is None or a.kind in kinds))
+
+    def timeline(self) -> list[int]:
+        """Bytes of device buffers alive at each step of the entry schedule (from live ranges)."""
+        module = hlo.parse_module(self.module_text)
+        sizes = {}
+        for instr in module.instructions():
+            for index, array in _indexed_arrays(instr.shape):
+                sizes[f"{instr.name}{{{index}}}"] = 0 if array.on_host else array.bytes
+        alive = [0] * (len(self.sequence) + 1)
+        for r in self.live_ranges:
+            size = sizes.get(r.buffer, 0)
+            for step in range(max(r.start, 0), min(r.end, len(self.sequence)) + 1):
+                alive[step] += size
+        return alive
+
+
+def _indexed_arrays(shape, prefix=()):
+    if isinstance(shape, hlo.TupleShape):
+        for i, element in enumerate(shape.elements):
+            yield from _indexed_arrays(element, prefix + (i,))
+    else:
+        yield ",".join(map(str, prefix)), shape
+
+
+def _after_optimizations(folder: Path, suffix: str) -> Path | None:
+    files = sorted(folder.glob(f"*after_optimizations{suffix}"))
+    return files[-1] if files else None
+
+
+def read(folder: Path | str) -> XlaDump:
+    folder = Path(folder)
+    module_file = _after_optimizations(folder, ".txt")
+    if module_file is None:
+        raise FileNotFoundError(f"no '*after_optimizations.txt' in {folder}: was it written with --xla_dump_to?")
+    assignment = _after_optimizations(folder, "-buffer-assignment.txt")
+    live = _after_optimizations(folder, "-live-range.txt")
+    sequence, ranges, peak = parse_live_ranges(live.read_text()) if live else ((), (), None)
+    return XlaDump(
+        folder=str(folder),
+        module_text=module_file.read_text(),
+        allocations=parse_buffer_assignment(assignment.read_text()) if assignment else (),
+        sequence=sequence,
+        live_ranges=ranges,
+        peak_step=peak,
+    )
+
+
+_ALLOCATION = re.compile(r"^allocation (\d+): size (\d+)(.*):$")
+
+
+def parse_buffer_assignment(text: str) -> tuple[Allocation, ...]:
+    allocations, current = [], None
+    for line in text.splitlines():
+        m = _ALLOCATION.match(line)
+        if m:
+            if current:
+                allocations.append(_allocation(*current))
+            current = (int(m.group(1)), int(m.group(2)), m.group(3), [])
+        elif current and line.startswith(" value: "):
+            current[3].append(line.split("<", 1)[-1].split(" @", 1)[0])
+        elif current and not line.startswith(" "):
+            allocations.append(_allocation(*current))
+            current = None
+    if current:
+        allocations.append(_allocation(*current))
+    return tuple(allocations)
+
+
+def _allocation(index: int, size: int, tags: str, values: list[str]) -> Allocation:
+    color = re.search(r"color (\d+)", tags)
+    if "parameter" in tags:
+        kind = "parameter"
+    elif "output shape" in tags or "maybe-live-out" in tags:
+        kind = "output"
+    elif "thread-local" in tags:
+        kind = "thread-local"
+    elif "constant" in tags:
+        kind = "constant"
+    elif "temp" in tags:
+        kind = "temp"
+    else:
+        kind = "other"
+    return Allocation(index, size, int(color.group(1)) if color else 0, kind, tuple(values))
+
+
+def parse_live_ranges(text: str) -> tuple[tuple[str, ...], tuple[LiveRange, ...], int | None]:
+    sequence, ranges, section, peak = [], [], None, None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped == "InstructionSequence:":
+            section = "sequence"
+        elif stripped == "BufferLiveRange:":
+            section = "ranges"
+        elif stripped.startswith("Live ranges at"):
+            m = re.search(r"at (\d+)", stripped)
+            peak = int(m.group(1)) if m else None
+            section = None
+        elif section == "sequence":
+            m = re.match(r"(\d+):(\S+)", stripped)
+            if m:
+                sequence.append(m.group(2))
+        elif section == "ranges":
+            m = re.match(r"(.+\{[0-9,]*\}):(-?\d+)-(-?\d+)$", stripped)
+            if m:
+                ranges.append(LiveRange(m.group(1), int(m.group(2)), int(m.group(3))))
+    return tuple(sequence), tuple(ranges), peak

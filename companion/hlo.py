@@ -1,0 +1,537 @@
+"""Read a scheduled XLA HLO module as text: shapes, memory spaces, loops, offload and collectives.
+
+Pure Python (no jax import), so it runs on any HLO text: ``compiled.as_text()``, a file
+from ``--xla_dump_to``, or a string in a test. The vocabulary:
+
+* memory space ``S(5)`` in a layout (``f32[4,512]{1,0:S(5)}``) marks a buffer in pinned host
+  memory; everything else lives in device HBM.
+* an *execution count* is how often a computation runs per call of the entry computation:
+  a ``while`` body with ``known_trip_count`` n runs n times per execution of its caller.
+* a *host transfer* is an instruction that reads from or writes to ``S(5)``: async ones come
+  as a ``*-start`` / ``*-done`` pair (``copy-start``, ``fusion-start`` wrapping a
+  ``dynamic-update-slice`` or ``dynamic-slice``, ``async-start``), sync ones as a single op.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from collections import Counter, defaultdict
+from functools import cached_property
+
+HOST_MEMORY_SPACE = 5
+
+DTYPE_BITS = {
+    "pred": 8, "s1": 1, "u1": 1, "s2": 2, "u2": 2, "s4": 4, "u4": 4, "s8": 8, "u8": 8,
+    "s16": 16, "u16": 16, "s32": 32, "u32": 32, "s64": 64, "u64": 64,
+    "f4e2m1fn": 4, "f8e3m4": 8, "f8e4m3": 8, "f8e4m3fn": 8, "f8e4m3b11fnuz": 8, "f8e4m3fnuz": 8,
+    "f8e5m2": 8, "f8e5m2fnuz": 8, "f8e8m0fnu": 8, "bf16": 16, "f16": 16, "f32": 32, "f64": 64,
+    "c64": 64, "c128": 128, "token": 0, "opaque": 0,
+}
+
+COLLECTIVE_OPCODES = (
+    "all-gather", "all-reduce", "reduce-scatter", "all-to-all", "ragged-all-to-all",
+    "collective-permute", "collective-broadcast",
+)
+
+# Attributes whose value names the computations an instruction calls.
+_CALLING_ATTRS = ("calls", "body", "condition", "to_apply", "branch_computations",
+                  "true_computation", "false_computation")
+
+
+# ----------------------------------------------------------------------------- shapes
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayShape:
+    """One array: element type, dimensions and memory space (0 device, 5 pinned host)."""
+
+    dtype: str
+    dims: tuple[int, ...]
+    memory_space: int = 0
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.dims)
+
+    @property
+    def bytes(self) -> int:
+        return (self.elements * DTYPE_BITS.get(self.dtype, 0) + 7) // 8
+
+    @property
+    def on_host(self) -> bool:
+        return self.memory_space == HOST_MEMORY_SPACE
+
+    def __str__(self) -> str:
+        space = f":S({self.memory_space})" if self.memory_space else ""
+        return f"{self.dtype}[{','.join(map(str, self.dims))}]{space}"
+
+
+@dataclasses.dataclass(frozen=True)
+class TupleShape:
+    elements: tuple["Shape", ...]
+
+    @property
+    def bytes(self) -> int:
+        return sum(e.bytes for e in self.elements)
+
+    def arrays(self) -> list[ArrayShape]:
+        return [a for e in self.elements for a in flatten_shape(e)]
+
+    def __str__(self) -> str:
+        return "(" + ", ".join(map(str, self.elements)) + ")"
+
+
+Shape = ArrayShape | TupleShape
+
+
+def flatten_shape(shape: Shape) -> list[ArrayShape]:
+    return shape.arrays() if isinstance(shape, TupleShape) else [shape]
+
+
+_ARRAY_RE = re.compile(r"([a-z][a-z0-9]*)\[([0-9,]*)\](\{[^{}]*\})?")
+
+
+def parse_shape(text: str) -> Shape:
+    """Parse ``f32[4,8]{1,0:S(5)}`` or a (nested) tuple of such into a shape."""
+    shape, rest = _parse_shape_prefix(text.strip())
+    if rest.strip():
+        raise ValueError(f"trailing text after shape: {rest!r}")
+    return shape
+
+
+def _parse_shape_prefix(text: str) -> tuple[Shape, str]:
+    text = text.lstrip()
+    if text.startswith("("):
+        elements = []
+        rest = text[1:].lstrip()
+        if rest.startswith(")"):
+            return TupleShape(()), rest[1:]
+        while True:
+            element, rest = _parse_shape_prefix(rest)
+            elements.append(element)
+            rest = rest.lstrip()
+            if rest.startswith(","):
+                rest = rest[1:]
+                continue
+            if rest.startswith(")"):
+                return TupleShape(tuple(elements)), rest[1:]
+            raise ValueError(f"malformed tuple shape near {rest[:40]!r}")
+    m = _ARRAY_RE.match(text)
+    if not m:
+        raise ValueError(f"not a shape: {text[:40]!r}")
+    dtype, dims, layout = m.group(1), m.group(2), m.group(3) or ""
+    space = re.search(r"S\((\d+)\)", layout)
+    shape = ArrayShape(dtype, tuple(int(d) for d in dims.split(",") if d), int(space.group(1)) if space else 0)
+    return shape, text[m.end():]
+
+
+# ----------------------------------------------------------------------------- module
+
+
+@dataclasses.dataclass
+class Instruction:
+    name: str
+    opcode: str
+    shape: Shape
+    operands: list[str]
+    attrs: dict[str, str]
+    computation: str
+    is_root: bool = False
+
+    @property
+    def called(self) -> list[str]:
+        names = []
+        for key in _CALLING_ATTRS:
+            value = self.attrs.get(key)
+            if value:
+                names += [n.strip().lstrip("%") for n in value.strip("{}").split(",") if n.strip()]
+        return names
+
+    @property
+    def op_name(self) -> str:
+        m = re.search(r'op_name="([^"]*)"', self.attrs.get("metadata", ""))
+        return m.group(1) if m else ""
+
+    @cached_property
+    def backend_config(self) -> dict:
+        raw = self.attrs.get("backend_config", "")
+        if not raw.startswith("{"):
+            return {}
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError:
+            return {}
+
+    @property
+    def trip_count(self) -> int | None:
+        n = self.backend_config.get("known_trip_count", {}).get("n")
+        return int(n) if n is not None else None
+
+    @property
+    def custom_call_target(self) -> str:
+        return self.attrs.get("custom_call_target", "").strip('"')
+
+
+@dataclasses.dataclass
+class Computation:
+    name: str
+    instructions: list[Instruction]
+    is_entry: bool = False
+
+    @cached_property
+    def by_name(self) -> dict[str, Instruction]:
+        return {i.name: i for i in self.instructions}
+
+    @property
+    def root(self) -> Instruction:
+        return next((i for i in self.instructions if i.is_root), self.instructions[-1])
+
+
+@dataclasses.dataclass
+class HloModule:
+    name: str
+    computations: dict[str, Computation]
+    entry: str
+
+    def instructions(self):
+        for comp in self.computations.values():
+            yield from comp.instructions
+
+    def operand_shapes(self, instr: Instruction) -> list[Shape]:
+        comp = self.computations[instr.computation].by_name
+        return [comp[o].shape for o in instr.operands if o in comp]
+
+    @cached_property
+    def scheduled_computations(self) -> set[str]:
+        """Computations the runtime steps through: the entry, loop bodies and conditions, calls,
+        branches. Fusion bodies, reducers and async-wrapped computations run inside one op."""
+        seen, todo = set(), [self.entry]
+        while todo:
+            name = todo.pop()
+            if name in seen or name not in self.computations:
+                continue
+            seen.add(name)
+            for instr in self.computations[name].instructions:
+                if instr.opcode in ("while", "call", "conditional"):
+                    todo += instr.called
+        return seen
+
+    @cached_property
+    def execution_counts(self) -> dict[str, int]:
+        """How often each computation runs per execution of the entry, loops by trip count."""
+        callers: dict[str, list[tuple[Instruction, int]]] = defaultdict(list)
+        for instr in self.instructions():
+            for callee in instr.called:
+                callers[callee].append((instr, _call_multiplicity(instr, callee)))
+        counts: dict[str, int] = {}
+
+        def count(name: str, stack: tuple = ()) -> int:
+            if name in counts:
+                return counts[name]
+            if name == self.entry:
+                counts[name] = 1
+                return 1
+            if name in stack:  # malformed recursion: never expected in HLO
+                return 0
+            total = sum(count(i.computation, stack + (name,)) * m for i, m in callers.get(name, []))
+            counts[name] = total
+            return total
+
+        for name in self.computations:
+            count(name)
+        return counts
+
+    @property
+    def unknown_trip_count_loops(self) -> list[str]:
+        return [i.name for i in self.instructions() if i.opcode == "while" and i.trip_count is None]
+
+    def executions(self, instr: Instruction) -> int:
+        return self.execution_counts.get(instr.computation, 0)
+
+    def scheduled(self):
+        """Instructions that the runtime issues (not those inside fusion bodies or reducers)."""
+        scheduled = self.scheduled_computations
+        for comp in self.computations.values():  # module order: deterministic
+            if comp.name in scheduled:
+                yield from comp.instructions
+
+
+def _call_multiplicity(instr: Instruction, callee: str) -> int:
+    if instr.opcode == "while":
+        trips = instr.trip_count if instr.trip_count is not None else 1
+        body = instr.attrs.get("body", "").lstrip("%")
+        return trips if callee == body else trips + 1
+    return 1
+
+
+def _strip_comments(text: str) -> str:
+    return re.sub(r"/\*.*?\*/", "", text)
+
+
+_COMP_HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*->\s*.*\{\s*$")
+_INSTR = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+
+
+def parse_module(text: str) -> HloModule:
+    """Parse HLO text (as printed by ``as_text()`` or dumped) into computations and instructions."""
+    text = _strip_comments(text)
+    name_match = re.search(r"^HloModule\s+([\w.\-]+)", text, re.M)
+    computations: dict[str, Computation] = {}
+    entry = ""
+    current: Computation | None = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if current is None:
+            m = _COMP_HEADER.match(stripped)
+            if m and not stripped.startswith("HloModule"):
+                current = Computation(m.group(2), [], is_entry=bool(m.group(1)))
+                if current.is_entry:
+                    entry = current.name
+            continue
+        if stripped == "}":
+            computations[current.name] = current
+            current = None
+            continue
+        m = _INSTR.match(line)
+        if m:
+            current.instructions.append(_parse_instruction(m.group(2), m.group(3), current.name, bool(m.group(1))))
+    if not entry and computations:
+        entry = list(computations)[-1]
+    return HloModule(name_match.group(1) if name_match else "", computations, entry)
+
+
+def _parse_instruction(name: str, body: str, computation: str, is_root: bool) -> Instruction:
+    shape, rest = _parse_shape_prefix(body)
+    rest = rest.lstrip()
+    m = re.match(r"([\w\-]+)\(", rest)
+    if not m:
+        raise ValueError(f"cannot parse instruction {name}: {body[:80]!r}")
+    opcode = m.group(1)
+    close = _matching(rest, m.end() - 1)
+    operand_text = rest[m.end():close]
+    operands = [t.strip().lstrip("%") for t in _split_top(operand_text) if t.strip().startswith("%")]
+    attrs = {}
+    for item in _split_top(rest[close + 1:].lstrip(", ")):
+        key, sep, value = item.partition("=")
+        if sep:
+            attrs[key.strip()] = value.strip()
+    return Instruction(name, opcode, shape, operands, attrs, computation, is_root)
+
+
+def _matching(text: str, open_index: int) -> int:
+    depth, in_string = 0, False
+    for i in range(open_index, len(text)):
+        c = text[i]
+        if in_string:
+            if c == "\\":
+                continue
+            if c == '"' and text[i - 1] != "\\":
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "({[":
+            depth += 1
+        elif c in ")}]":
+            depth -= 1
+            if depth == 0:
+                return i
+    return len(text)
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas that are not nested in brackets or strings."""
+    parts, depth, in_string, start = [], 0, False, 0
+    for i, c in enumerate(text):
+        if in_string:
+            if c == '"' and text[i - 1] != "\\":
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "({[":
+            depth += 1
+        elif c in ")}]":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if text[start:].strip():
+        parts.append(text[start:])
+    return parts
+
+
+# ----------------------------------------------------------------------------- host offload
+
+
+@dataclasses.dataclass(frozen=True)
+class HostTransfer:
+    """One instruction that moves bytes between device HBM and pinned host memory."""
+
+    name: str
+    kind: str  # copy | dynamic-update-slice | dynamic-slice | other
+    direction: str  # d2h | h2d
+    is_async: bool
+    bytes_per_execution: int
+    executions: int
+    computation: str
+
+    @property
+    def bytes_per_step(self) -> int:
+        return self.bytes_per_execution * self.executions
+
+    def describe(self) -> str:
+        mode = "async" if self.is_async else "sync"
+        arrow = "device -> host" if self.direction == "d2h" else "host -> device"
+        return (f"{arrow}  {self.kind:20} {mode:5}  {self.bytes_per_execution / 2**20:9.2f} MiB x "
+                f"{self.executions:4} runs = {self.bytes_per_step / 2**20:10.2f} MiB/step  ({self.name} in {self.computation})")
+
+
+@dataclasses.dataclass(frozen=True)
+class OffloadSummary:
+    """What the scheduled module does with pinned host memory."""
+
+    host_buffers: int  # distinct S(5) arrays materialised by the schedule
+    transfers: tuple[HostTransfer, ...]
+
+    def count(self, direction: str, kind: str | None = None, is_async: bool | None = None) -> int:
+        return sum(1 for t in self.transfers if t.direction == direction
+                   and (kind is None or t.kind == kind) and (is_async is None or t.is_async == is_async))
+
+    @property
+    def d2h_ops(self) -> int:
+        return self.count("d2h")
+
+    @property
+    def h2d_ops(self) -> int:
+        return self.count("h2d")
+
+    @property
+    def async_pairs(self) -> int:
+        return sum(1 for t in self.transfers if t.is_async)
+
+    @property
+    def d2h_bytes_per_step(self) -> int:
+        return sum(t.bytes_per_step for t in self.transfers if t.direction == "d2h")
+
+    @property
+    def h2d_bytes_per_step(self) -> int:
+        return sum(t.bytes_per_step for t in self.transfers if t.direction == "h2d")
+
+    def by_kind(self) -> dict[str, int]:
+        return dict(Counter(f"{t.direction} {t.kind}{' async' if t.is_async else ''}" for t in self.transfers))
+
+    def to_dict(self) -> dict:
+        return {
+            "host_buffers": self.host_buffers,
+            "d2h_ops": self.d2h_ops,
+            "h2d_ops": self.h2d_ops,
+            "async_pairs": self.async_pairs,
+            "d2h_bytes_per_step": self.d2h_bytes_per_step,
+            "h2d_bytes_per_step": self.h2d_bytes_per_step,
+            "by_kind": self.by_kind(),
+        }
+
+
+def _wrapped_root_opcode(module: HloModule, instr: Instruction) -> str:
+    for callee in instr.called:
+        comp = module.computations.get(callee)
+        if comp is not None:
+            return comp.root.opcode
+    return ""
+
+
+def _start_parts(instr: Instruction) -> tuple[list[ArrayShape], ArrayShape | None]:
+    """(sources, destination) of an async start: ``((operands...), output, context)``."""
+    shape = instr.shape
+    if isinstance(shape, TupleShape) and len(shape.elements) >= 2:
+        operands, output = shape.elements[0], shape.elements[1]
+        if instr.opcode == "copy-start":  # (destination, source, context)
+            return flatten_shape(output), flatten_shape(operands)[0]
+        out = flatten_shape(output)
+        return flatten_shape(operands), out[0] if out else None
+    arrays = flatten_shape(shape)
+    return [], arrays[0] if arrays else None
+
+
+def offload_summary(module: HloModule) -> OffloadSummary:
+    """Find every device<->host transfer of the schedule, with bytes and execution counts."""
+    transfers = []
+    host_arrays = set()
+    for instr in module.scheduled():
+        if instr.opcode.endswith("-done") or instr.opcode in ("parameter", "get-tuple-element", "tuple",
+                                                               "bitcast", "while", "call", "conditional"):
+            continue
+        operand_shapes = [a for s in module.operand_shapes(instr) for a in flatten_shape(s)]
+        if instr.opcode.endswith("-start"):
+            sources, dest = _start_parts(instr)
+            is_async = True
+        else:
+            sources, dest = operand_shapes, (flatten_shape(instr.shape) or [None])[0]
+            is_async = False
+        if dest is None:
+            continue
+        kind = _transfer_kind(module, instr)
+        if dest.on_host:
+            host_arrays.add((instr.computation, instr.name))
+            if kind == "allocate":
+                continue
+            device_sources = [s for s in sources if not s.on_host and s.dims]
+            if not device_sources:
+                continue
+            moved = (device_sources[0].bytes if kind == "dynamic-update-slice"
+                     else dest.bytes if kind == "copy" else sum(s.bytes for s in device_sources))
+            transfers.append(HostTransfer(instr.name, kind, "d2h", is_async, moved,
+                                          module.executions(instr), instr.computation))
+        elif any(s.on_host for s in sources) and kind != "allocate":
+            transfers.append(HostTransfer(instr.name, kind, "h2d", is_async, dest.bytes,
+                                          module.executions(instr), instr.computation))
+    return OffloadSummary(len(host_arrays), tuple(transfers))
+
+
+def _transfer_kind(module: HloModule, instr: Instruction) -> str:
+    if instr.opcode in ("copy-start", "copy"):
+        return "copy"
+    if instr.opcode == "custom-call" and instr.custom_call_target == "AllocateBuffer":
+        return "allocate"
+    if instr.opcode in ("dynamic-update-slice", "dynamic-slice"):
+        return instr.opcode
+    inner = {i.opcode for c in instr.called if c in module.computations
+             for i in module.computations[c].instructions}
+    for kind in ("dynamic-update-slice", "dynamic-slice", "copy"):
+        if kind in inner:
+            return kind
+    return _wrapped_root_opcode(module, instr) or instr.opcode
+
+
+# ----------------------------------------------------------------------------- collectives
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectiveSummary:
+    counts: dict[str, int]  # opcode -> instructions in the schedule
+    bytes_per_step: dict[str, int]  # opcode -> result bytes times executions
+
+    def to_dict(self) -> dict:
+        return {"counts": dict(self.counts), "bytes_per_step": dict(self.bytes_per_step)}
+
+
+def collective_summary(module: HloModule) -> CollectiveSummary:
+    """Count each collective once (its sync op or its ``-start``), with bytes moved per step."""
+    counts: Counter = Counter()
+    moved: Counter = Counter()
+    for instr in module.scheduled():
+        opcode = instr.opcode
+        base = opcode.removesuffix("-start")
+        shape = instr.shape
+        if opcode == "async-start":
+            base = _wrapped_root_opcode(module, instr)
+            shape = instr.shape.elements[1] if isinstance(instr.shape, TupleShape) else instr.shape
+        elif opcode.endswith("-start") and isinstance(shape, TupleShape) and base != "all-reduce":
+            shape = shape.elements[-1] if base == "collective-permute" else shape.elements[1]
+        if base not in COLLECTIVE_OPCODES:
+            continue
+        counts[base] += 1
+        moved[base] += shape.bytes * module.executions(instr)
+    return CollectiveSummary(dict(counts), dict(moved))

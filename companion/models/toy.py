@@ -1,0 +1,65 @@
+"""A stack of MLP layers scanned over depth: the smallest model where offload shows.
+
+Each layer computes ``h = tanh(x @ w_in)`` (named ``"hidden"``, shape [B, F]) and
+``x' = x + tanh(h @ w_out)``. Under ``jax.checkpoint`` with a policy, ``"hidden"`` is what a
+policy can save on device, offload to pinned host memory, or leave to be recomputed.
+The bytes a policy offloads are exactly ``hidden_bytes(...)``: one [B, F] array per layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
+
+HIDDEN = "hidden"
+
+
+@dataclasses.dataclass(frozen=True)
+class MlpStack:
+    layers: int = 8
+    width: int = 1024  # D
+    hidden: int = 4096  # F
+    dtype: str = "bfloat16"
+
+    def __post_init__(self):
+        for field in ("layers", "width", "hidden"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"MlpStack.{field} must be positive, got {getattr(self, field)}")
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {"w_in": (self.layers, self.width, self.hidden), "w_out": (self.layers, self.hidden, self.width)}
+
+    def hidden_bytes(self, batch: int) -> int:
+        """Bytes of every layer's named activation for a batch of ``batch`` rows."""
+        return self.layers * batch * self.hidden * jnp.dtype(self.dtype).itemsize
+
+    def init(self, key: jax.Array) -> dict[str, jax.Array]:
+        k_in, k_out = jax.random.split(key)
+        shapes = self.param_shapes()
+        return {
+            "w_in": (jax.random.normal(k_in, shapes["w_in"]) / self.width ** 0.5).astype(self.dtype),
+            "w_out": (jax.random.normal(k_out, shapes["w_out"]) / self.hidden ** 0.5).astype(self.dtype),
+        }
+
+
+def forward(params: dict, x: jax.Array, policy=None) -> jax.Array:
+    """Run the stack; ``policy`` is a ``jax.checkpoint_policies`` policy (None: save nothing)."""
+
+    def layer(x, w):
+        h = checkpoint_name(jnp.tanh(x @ w["w_in"]), HIDDEN)
+        return x + jnp.tanh(h @ w["w_out"]), None
+
+    x, _ = jax.lax.scan(jax.checkpoint(layer, policy=policy), x, params)
+    return x
+
+
+def loss(params: dict, x: jax.Array, policy=None) -> jax.Array:
+    return jnp.mean(jnp.square(forward(params, x, policy).astype(jnp.float32)))
+
+
+def grad_fn(policy=None):
+    """``(params, x) -> grads``: the backward pass is where saved activations are read."""
+    return jax.grad(lambda params, x: loss(params, x, policy))

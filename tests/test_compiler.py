@@ -1,0 +1,105 @@
+import warnings
+
+import jax
+import pytest
+
+from companion import compiler, targets
+from companion.models import toy
+
+STACK = toy.MlpStack(layers=4, width=256, hidden=1024)
+ROWS_PER_DEVICE = 64
+OFFLOAD = jax.checkpoint_policies.save_and_offload_only_these_names(
+    names_which_can_be_saved=[], names_which_can_be_offloaded=[toy.HIDDEN],
+    offload_src="device", offload_dst="pinned_host")
+POLICIES = {"offload": OFFLOAD, "nothing": jax.checkpoint_policies.nothing_saveable,
+            "everything": jax.checkpoint_policies.everything_saveable}
+
+
+def compile_stack(placement, policy, **kwargs):
+    params = {k: placement.abstract(s, STACK.dtype) for k, s in STACK.param_shapes().items()}
+    x = placement.abstract((ROWS_PER_DEVICE * placement.num_devices, STACK.width), STACK.dtype,
+                           (tuple(placement.mesh.axis_names),))
+    return compiler.compile(toy.grad_fn(policy), params, x, placement=placement, **kwargs)
+
+
+@pytest.fixture(scope="module", params=sorted(targets.GPUS))
+def reports(request):
+    placement = compiler.place(targets.target(request.param, "1x4"), backend_kind="cuda")
+    return {name: compile_stack(placement, policy) for name, policy in POLICIES.items()}
+
+
+def test_offloaded_activations_are_host_temp_with_async_transfers(reports):
+    r = reports["offload"]
+    assert r.backend == "cuda" and r.num_devices == 4
+    assert r.host.temp_bytes == STACK.hidden_bytes(ROWS_PER_DEVICE)
+    assert r.offload.count("d2h", is_async=True) >= 1 and r.offload.count("h2d", is_async=True) >= 1
+    # Every layer's activation goes out once and comes back once per step.
+    assert r.offload.d2h_bytes_per_step == STACK.hidden_bytes(ROWS_PER_DEVICE)
+    assert r.offload.h2d_bytes_per_step == STACK.hidden_bytes(ROWS_PER_DEVICE)
+
+
+def test_remat_everything_uses_less_device_memory_and_no_host(reports):
+    nothing, everything = reports["nothing"], reports["everything"]
+    assert nothing.device.temp_bytes < everything.device.temp_bytes
+    for r in (nothing, everything):
+        assert r.host.temp_bytes == 0 and r.host.argument_bytes == 0 and r.offload.transfers == ()
+
+
+def test_offloading_saves_device_memory_against_saving_on_device(reports):
+    saved_on_device = jax.checkpoint_policies.save_only_these_names(toy.HIDDEN)
+    r = reports["offload"]
+    placement = compiler.place(targets.target(r.target.split(":")[0], "1x4"), backend_kind="cuda")
+    on_device = compile_stack(placement, saved_on_device)
+    assert on_device.host.temp_bytes == 0
+    assert on_device.device.peak_bytes - r.device.peak_bytes >= 0.9 * STACK.hidden_bytes(ROWS_PER_DEVICE)
+
+
+def test_report_serialises_and_summarises(reports):
+    r = reports["offload"]
+    d = r.to_dict()
+    assert d["device"]["peak_bytes"] == r.device.peak_bytes and d["host"]["temp_bytes"] == r.host.temp_bytes
+    assert d["offload"]["d2h_ops"] >= 1 and d["num_devices"] == 4 and d["fits"] is True
+    assert "device->host" in r.summary() and r.compile_seconds > 0
+
+
+def test_cpu_backend_drops_the_offload_and_says_so():
+    placement = compiler.place(targets.target("h100", "1"), backend_kind="cpu")
+    r = compile_stack(placement, OFFLOAD)
+    assert r.backend == "cpu" and not r.offload_modelled
+    assert r.host.temp_bytes == 0 and r.offload.transfers == ()
+    assert "not modelled" in r.summary()
+
+
+def test_missing_plugin_falls_back_to_cpu_with_one_warning(monkeypatch):
+    info = compiler.backend()
+    no_plugin = compiler.BackendInfo("cpu", info.local_devices, False, info.xla_flags_at_start, "")
+    monkeypatch.setattr(compiler, "backend", lambda: no_plugin)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        placement = compiler.place(targets.target("h100", "1"))
+    assert placement.backend == "cpu" and not placement.offload_modelled
+    assert len(caught) == 1 and "CUDA PJRT plugin" in str(caught[0].message)
+    with pytest.raises(ValueError, match="needs the CUDA PJRT plugin"):
+        compiler.place(targets.target("h100", "1"), backend_kind="cuda")
+
+
+def test_mesh_must_match_the_target():
+    with pytest.raises(ValueError, match="multiply to 8"):
+        compiler.place(targets.target("h100", "1x8"), {"fsdp": 4, "tensor": 4})
+    with pytest.raises(ValueError, match="positive"):
+        compiler.place(targets.target("h100", "1x8"), {"fsdp": 0})
+    with pytest.raises(ValueError, match="unknown backend"):
+        compiler.place(targets.target("h100", "1x8"), backend_kind="tpu")
+    placement = compiler.place(targets.target("h100", "1x8"), {"fsdp": 4, "tensor": 2})
+    assert dict(placement.mesh.shape) == {"fsdp": 4, "tensor": 2}
+
+
+def test_dump_gives_buffer_assignment_and_live_ranges():
+    placement = compiler.place(targets.target("h100", "1x4"), backend_kind="cuda")
+    r = compile_stack(placement, OFFLOAD, dump=True)
+    assert r.dump is not None
+    host_allocated = r.dump.allocated_bytes(memory_space=5)
+    assert host_allocated == r.host.temp_bytes
+    assert r.dump.sequence and r.dump.live_ranges and r.dump.peak_step is not None
+    timeline = r.dump.timeline()
+    assert len(timeline) == len(r.dump.sequence) + 1 and max(timeline) > 0

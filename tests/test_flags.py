@@ -1,0 +1,112 @@
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import jaxlib
+import pytest
+
+from companion import compiler, flags, targets
+
+MISSPELT = "--xla_gpu_enable_latency_hidng_scheduler=true"
+
+
+def run_python(code: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=120)
+
+
+def test_misspelt_flag_names_the_right_one():
+    with pytest.raises(ValueError, match="did you mean xla_gpu_enable_latency_hiding_scheduler"):
+        flags.parse(MISSPELT)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("--xla_gpu_enable_latency_hiding_scheduler=maybe", "expected true or false"),
+    ("--xla_gpu_memory_limit_slop_factor=lots", "expected an integer"),
+    ("--xla_gpu_enable_while_loop_unrolling=SOMETIMES", "WHILE_LOOP_UNROLLING_AUTO_UNROLL"),
+    ("--xla_gpu_enable_command_buffer=FUSION,GRAPHS", "'GRAPHS' is not one of"),
+    ("--xla_gpu_enable_command_buffer=FUSION,-CUBLAS", "not both"),
+    ("xla_gpu_enable_latency_hiding_scheduler=true", "each flag is written --name=value"),
+])
+def test_bad_values_name_the_flag_and_the_choices(text, message):
+    with pytest.raises(ValueError, match=message):
+        flags.parse(text)
+
+
+def test_parse_forms_and_round_trip():
+    parsed = flags.parse("--xla_gpu_enable_latency_hiding_scheduler --xla_gpu_memory_limit_slop_factor=90 "
+                         "--xla_gpu_enable_command_buffer='' --xla_disable_hlo_passes=rematerialization,foo")
+    assert parsed == {"xla_gpu_enable_latency_hiding_scheduler": True, "xla_gpu_memory_limit_slop_factor": 90,
+                      "xla_gpu_enable_command_buffer": (), "xla_disable_hlo_passes": ("rematerialization", "foo")}
+    assert flags.parse(flags.to_xla_flags(parsed)) == parsed
+    assert flags.parse({"--xla_gpu_enable_pipelined_host_offloading": "true"}) == {
+        "xla_gpu_enable_pipelined_host_offloading": True}
+
+
+def test_flags_outside_the_catalog_but_known_to_xla_pass_with_a_type_check():
+    assert "xla_gpu_enable_nccl_user_buffers" not in flags.CATALOG
+    assert flags.parse("--xla_gpu_enable_nccl_user_buffers=true") == {"xla_gpu_enable_nccl_user_buffers": True}
+    with pytest.raises(ValueError, match="expected true or false"):
+        flags.parse("--xla_gpu_enable_nccl_user_buffers=please")
+
+
+def test_known_names_were_generated_for_the_installed_jaxlib():
+    assert flags.KNOWN_JAXLIB == jaxlib.__version__
+    assert set(flags.CATALOG) <= set(flags.KNOWN)
+    for name, spec in flags.CATALOG.items():
+        assert spec.kind in flags.KINDS and spec.topic in flags.TOPICS, name
+
+
+def test_command_buffer_edits_resolve_against_the_default():
+    options = flags.to_compiler_options(flags.parse("--xla_gpu_enable_command_buffer=-CUBLAS,+WHILE"))
+    chosen = options["xla_gpu_enable_command_buffer"].split(",")
+    assert "CUBLAS" not in chosen and "WHILE" in chosen and "FUSION" in chosen
+
+
+def test_xla_itself_accepts_every_catalog_default():
+    """All taught flags at their catalog defaults, in one real compile-only GPU compile."""
+    placement = compiler.place(targets.target("h100", "1"), backend_kind="cuda")
+    x = placement.abstract((8, 8), jnp.float32)
+    defaults = {k: v for k, v in flags.defaults().items() if k != "xla_dump_to"}
+    report = compiler.compile(lambda a: a @ a, x, placement=placement, flags=defaults)
+    assert report.flags["xla_gpu_memory_limit_slop_factor"] == 95
+    assert report.device.output_bytes == 8 * 8 * 4
+
+
+def test_bad_value_xla_rejects_is_a_value_error_not_an_abort():
+    placement = compiler.place(targets.target("h100", "1"), backend_kind="cuda")
+    x = placement.abstract((8,), jnp.float32)
+    # A valid name and a value our type check lets through, but XLA refuses: an error, the process lives.
+    with pytest.raises(ValueError, match="XLA refused"):
+        compiler.compile(lambda a: a + 1, x, placement=placement,
+                         flags={"xla_gpu_experimental_autotune_cache_mode": "NOT_A_MODE"})
+    assert float(jax.jit(lambda a: a + 1)(jnp.ones(()))) == 2.0
+
+
+def test_bad_xla_flags_env_is_caught_before_xla_aborts():
+    code = ("import companion\nfrom companion import compiler\n"
+            "try:\n    compiler.backend()\nexcept ValueError as e:\n    print('caught:', e)\n")
+    out = run_python(code, XLA_FLAGS=MISSPELT)
+    assert out.returncode == 0, out.stderr
+    assert "caught: unknown XLA flag" in out.stdout
+    assert "xla_gpu_enable_latency_hiding_scheduler" in out.stdout
+    assert "would abort the process" in out.stderr  # the import-time warning
+
+
+def test_changing_xla_flags_after_start_warns(monkeypatch):
+    compiler.backend()
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_latency_hiding_scheduler=true")
+    with pytest.warns(UserWarning, match="XLA_FLAGS changed after the backend started"):
+        compiler.warn_if_xla_flags_changed()
+
+
+def test_cli_flags_check():
+    bad = subprocess.run([sys.executable, "-m", "companion", "flags", "--check", MISSPELT],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "xla_gpu_enable_latency_hiding_scheduler" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+    good = subprocess.run([sys.executable, "-m", "companion", "flags", "--check",
+                           "--xla_gpu_enable_latency_hiding_scheduler=true"], capture_output=True, text=True)
+    assert good.returncode == 0, good.stderr

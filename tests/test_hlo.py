@@ -1,0 +1,114 @@
+import pytest
+
+from companion import hlo
+
+# A hand-written scheduled module: a 6-trip forward loop writing each layer's activation to
+# host memory (async dynamic-update-slice), a 6-trip backward loop reading it back (async
+# dynamic-slice), one whole-array copy to host and one all-gather.
+MODULE = """HloModule jit_step, is_scheduled=true
+
+%wrapped_dus (p0: bf16[6,128,256], p1: bf16[1,128,256], p2: s32[]) -> bf16[6,128,256] {
+  %p0 = bf16[6,128,256]{2,1,0:S(5)} parameter(0)
+  %p1 = bf16[1,128,256]{2,1,0} parameter(1)
+  %p2 = s32[] parameter(2)
+  %z = s32[] constant(0)
+  ROOT %dus = bf16[6,128,256]{2,1,0:S(5)} dynamic-update-slice(%p0, %p1, %p2, %z, %z)
+}
+
+%wrapped_ds (q0: bf16[6,128,256], q1: s32[]) -> bf16[1,128,256] {
+  %q0 = bf16[6,128,256]{2,1,0:S(5)} parameter(0)
+  %q1 = s32[] parameter(1)
+  %z1 = s32[] constant(0)
+  %ds = bf16[1,128,256]{2,1,0} dynamic-slice(%q0, %q1, %z1, %z1), dynamic_slice_sizes={1,128,256}
+  ROOT %c = bf16[1,128,256]{2,1,0} copy(%ds)
+}
+
+%fwd_body (s: (s32[], bf16[6,128,256])) -> (s32[], bf16[6,128,256]) {
+  %s = (s32[], bf16[6,128,256]{2,1,0:S(5)}) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %buf = bf16[6,128,256]{2,1,0:S(5)} get-tuple-element(%s), index=1
+  %act = bf16[1,128,256]{2,1,0} constant({...})
+  %start = ((bf16[6,128,256]{2,1,0:S(5)}, bf16[1,128,256]{2,1,0}, s32[]), bf16[6,128,256]{2,1,0:S(5)}, u32[]) fusion-start(%buf, %act, %i), kind=kCustom, calls=%wrapped_dus
+  %done = bf16[6,128,256]{2,1,0:S(5)} fusion-done(%start)
+  ROOT %t = (s32[], bf16[6,128,256]{2,1,0:S(5)}) tuple(%i, %done)
+}
+
+%fwd_cond (s.1: (s32[], bf16[6,128,256])) -> pred[] {
+  %s.1 = (s32[], bf16[6,128,256]{2,1,0:S(5)}) parameter(0)
+  ROOT %p = pred[] constant(true)
+}
+
+%bwd_body (r: (s32[], bf16[6,128,256])) -> (s32[], bf16[6,128,256]) {
+  %r = (s32[], bf16[6,128,256]{2,1,0:S(5)}) parameter(0)
+  %j = s32[] get-tuple-element(%r), index=0
+  %hb = bf16[6,128,256]{2,1,0:S(5)} get-tuple-element(%r), index=1
+  %ds-start = ((bf16[6,128,256]{2,1,0:S(5)}, s32[]), bf16[1,128,256]{2,1,0}, u32[]) fusion-start(%hb, %j), kind=kCustom, calls=%wrapped_ds
+  %ds-done = bf16[1,128,256]{2,1,0} fusion-done(%ds-start)
+  %w = bf16[256,256]{1,0} constant({...})
+  %ag-start = (bf16[32,256]{1,0}, bf16[256,256]{1,0}) all-gather-start(%w), dimensions={0}
+  %ag-done = bf16[256,256]{1,0} all-gather-done(%ag-start)
+  ROOT %t2 = (s32[], bf16[6,128,256]{2,1,0:S(5)}) tuple(%j, %hb)
+}
+
+%bwd_cond (r.1: (s32[], bf16[6,128,256])) -> pred[] {
+  %r.1 = (s32[], bf16[6,128,256]{2,1,0:S(5)}) parameter(0)
+  ROOT %p.1 = pred[] constant(true)
+}
+
+ENTRY %main (x: f32[64,64]) -> f32[64,64] {
+  %x = f32[64,64]{1,0} parameter(0)
+  %alloc = bf16[6,128,256]{2,1,0:S(5)} custom-call(), custom_call_target="AllocateBuffer"
+  %zero = s32[] constant(0)
+  %init = (s32[], bf16[6,128,256]{2,1,0:S(5)}) tuple(%zero, %alloc)
+  %fwd = (s32[], bf16[6,128,256]{2,1,0:S(5)}) while(%init), condition=%fwd_cond, body=%fwd_body, backend_config={"known_trip_count":{"n":"6"}}
+  %bwd = (s32[], bf16[6,128,256]{2,1,0:S(5)}) while(%fwd), condition=%bwd_cond, body=%bwd_body, backend_config={"known_trip_count":{"n":"6"}}
+  %cs = (f32[64,64]{1,0:S(5)}, f32[64,64]{1,0}, u32[]) copy-start(%x)
+  %cd = f32[64,64]{1,0:S(5)} copy-done(%cs)
+  ROOT %y = f32[64,64]{1,0} copy(%x)
+}
+"""
+
+LAYER_BYTES = 128 * 256 * 2
+
+
+def test_shapes_and_memory_spaces():
+    s = hlo.parse_shape("bf16[6,128,256]{2,1,0:S(5)}")
+    assert s == hlo.ArrayShape("bf16", (6, 128, 256), 5) and s.on_host and s.bytes == 6 * LAYER_BYTES
+    t = hlo.parse_shape("(f32[2]{0}, (s32[], pred[3]{0:S(5)}))")
+    assert t.bytes == 8 + 4 + 3 and [a.memory_space for a in t.arrays()] == [0, 0, 5]
+    assert hlo.parse_shape("f8e4m3fn[16]{0}").bytes == 16 and hlo.parse_shape("s4[3]").bytes == 2
+    with pytest.raises(ValueError):
+        hlo.parse_shape("not a shape")
+
+
+def test_execution_counts_follow_trip_counts():
+    module = hlo.parse_module(MODULE)
+    counts = module.execution_counts
+    assert module.entry == "main"
+    assert counts["main"] == 1 and counts["fwd_body"] == 6 and counts["fwd_cond"] == 7
+    assert counts["wrapped_dus"] == 6 and counts["bwd_body"] == 6
+    assert module.scheduled_computations == {"main", "fwd_body", "fwd_cond", "bwd_body", "bwd_cond"}
+    assert module.unknown_trip_count_loops == []
+
+
+def test_offload_summary_finds_each_transfer_with_bytes_per_step():
+    summary = hlo.offload_summary(hlo.parse_module(MODULE))
+    kinds = {(t.direction, t.kind, t.is_async): t for t in summary.transfers}
+    assert set(kinds) == {("d2h", "dynamic-update-slice", True), ("h2d", "dynamic-slice", True), ("d2h", "copy", True)}
+    assert kinds["d2h", "dynamic-update-slice", True].bytes_per_step == 6 * LAYER_BYTES
+    assert kinds["h2d", "dynamic-slice", True].bytes_per_step == 6 * LAYER_BYTES
+    assert kinds["d2h", "copy", True].bytes_per_step == 64 * 64 * 4
+    assert summary.d2h_ops == 2 and summary.h2d_ops == 1 and summary.async_pairs == 3
+    assert summary.d2h_bytes_per_step == 6 * LAYER_BYTES + 64 * 64 * 4
+
+
+def test_collectives_counted_once_per_start_with_loop_bytes():
+    summary = hlo.collective_summary(hlo.parse_module(MODULE))
+    assert summary.counts == {"all-gather": 1}
+    assert summary.bytes_per_step == {"all-gather": 6 * 256 * 256 * 2}
+
+
+def test_a_module_without_offload_has_no_transfers():
+    text = "HloModule m\n\nENTRY %e (a: f32[4]) -> f32[4] {\n  %a = f32[4]{0} parameter(0)\n  ROOT %n = f32[4]{0} negate(%a)\n}\n"
+    module = hlo.parse_module(text)
+    assert hlo.offload_summary(module).transfers == () and module.computations["e"].root.opcode == "negate"

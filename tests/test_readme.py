@@ -1,0 +1,20 @@
+"""The README's Python examples run as written."""
+
+import re
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+
+
+def test_readme_compile_example_reports_the_offload():
+    blocks = python_blocks()
+    assert blocks, "README has no python example"
+    namespace: dict = {}
+    exec(compile(blocks[0], "README.md", "exec"), namespace)
+    report = namespace["report"]
+    assert report.backend == "cuda" and report.num_devices == 8
+    assert report.host.temp_bytes == 8 * 1024 * 8192 * 2 == 2**27
