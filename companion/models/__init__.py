@@ -1,0 +1,1 @@
+"""Models for the lessons: `toy` (a scanned MLP stack)."""
