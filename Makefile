@@ -6,6 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 LOCK   := requirements/lock.txt
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)  # jupyter refuses root otherwise (containers)
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout 600
 
 .PHONY: lab test test-package test-notebooks notebooks benchmarks lock clean
@@ -19,7 +20,7 @@ setup: $(STAMP)
 
 ## Open JupyterLab on notebooks/ (127.0.0.1 only, token auth on: open the printed URL).
 lab: $(STAMP)
-	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1
+	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 $(ROOT_FLAG)
 
 ## Every test: the package's pytest suite and nbval over the committed notebook outputs.
 test: $(STAMP)
