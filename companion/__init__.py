@@ -1,43 +1,45 @@
 """Offload Lab companion: measure and plan GPU memory for JAX LLM training.
 
-Importing ``companion`` does two things before JAX starts:
+Importing ``companion`` prepares JAX, once, before it starts:
 
 * sets ``JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1`` (unless already set), which lets the CUDA PJRT
   plugin register on a machine without a GPU driver, so that GPU targets can be compiled for
   (see ``companion.compiler``); on a GPU machine it only skips the plugin's version check;
-* imports ``jax`` with file descriptor 2 captured, so the plugin's "Could not find cuda
-  drivers" lines land in ``companion.JAX_IMPORT_LOG`` instead of notebook outputs.
+* validates ``XLA_FLAGS`` (XLA aborts the process on an unknown flag): if it is bad, a warning
+  says why and the backend is left unstarted, so ``compiler.backend()`` raises a ValueError;
+* imports ``jax`` and starts its backend with file descriptor 2 captured, so the plugin's
+  "Could not find cuda drivers" lines land in ``companion.JAX_START_LOG``, not in notebooks.
 
 Modules, from the ground up: ``targets`` and ``flags`` (data), ``hlo`` and ``dump`` (reading
-XLA's output), ``compiler`` (function + target -> report), ``models`` and ``policies``,
-``train`` and ``sharding``, ``budget``; ``widgets``, ``plots`` and ``cli`` on top.
+XLA's output), ``compiler`` (function + target -> report), ``sharding``, ``models`` and
+``policies``, ``train``, ``budget``; ``widgets``, ``plots`` and ``cli`` on top.
 """
 
 import os
-import sys
+import warnings
 
+from . import flags as _flags
 from . import stderr as _stderr
 
 os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
 
-JAX_IMPORT_LOG = ""
-if "jax" not in sys.modules:
-    with _stderr.capture() as _log:
-        import jax  # noqa: F401
-    JAX_IMPORT_LOG = _log.text
 
-def _check_xla_flags_env() -> None:
-    """XLA aborts the process on an unknown XLA_FLAGS entry: say so before it gets the chance."""
-    import warnings
-
-    from . import flags
-
+def _xla_flags_error() -> str | None:
     try:
-        flags.parse(os.environ.get("XLA_FLAGS", ""))
+        _flags.parse(os.environ.get("XLA_FLAGS", ""))
     except ValueError as err:
-        warnings.warn(f"XLA_FLAGS would abort the process when JAX starts its backend: {err}", stacklevel=3)
+        return str(err)
+    return None
 
 
-_check_xla_flags_env()
+_error = _xla_flags_error()
+with _stderr.capture() as _log:
+    import jax
+
+    if _error is None:
+        jax.devices()  # start the backend now, while its log is captured
+JAX_START_LOG = _log.text
+if _error is not None:
+    warnings.warn(f"XLA_FLAGS would abort the process when JAX starts its backend: {_error}", stacklevel=2)
 
 __version__ = "0.1.0"

@@ -1,7 +1,8 @@
 """``python -m companion ...``: the lab's checks for scripts and CI.
 
 Subcommands: ``targets`` (the GPU catalog), ``flags`` (the XLA flag catalog, ``--check``
-a flag string). Errors are one line on stderr and a non-zero exit.
+a flag string), ``compile`` (the full train step of a model for a target, per-device report).
+Errors are one line on stderr and a non-zero exit.
 """
 
 from __future__ import annotations
@@ -42,6 +43,46 @@ def _flags(args) -> int:
     return 0
 
 
+def _placement_from_args(args):
+    from . import compiler, sharding
+
+    target = targets.target(args.target) if ":" in args.target else targets.target(args.target, args.gpus)
+    if args.gpus is not None and target.num_devices != args.gpus:
+        raise ValueError(f"--target {args.target} has {target.num_devices} GPUs but --gpus is {args.gpus}")
+    mesh = sharding.parse_mesh(args.mesh, target.num_devices)
+    return compiler.place(target, {k: v for k, v in mesh.items() if v > 1} or {"fsdp": 1})
+
+
+def _compile(args) -> int:
+    from . import models, train
+
+    for name in ("batch", "seq"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be positive, got {getattr(args, name)}")
+    xla_flags.parse(args.xla_flags)  # cheap checks first: a typo should not wait for a compile
+    cfg = models.config(args.model, **({"attention": args.attention} if args.attention else {}))
+    placement = _placement_from_args(args)
+    trainer = train.trainer(cfg, args.policy)
+    report = train.compile_step(trainer, placement, args.batch, args.seq, flags=args.xla_flags)
+    out = {"model": cfg.name, "policy": trainer.policy.name, "batch": args.batch, "seq": args.seq,
+           "params": cfg.param_count(), **report.to_dict()}
+    print(json.dumps(out, indent=1) if args.json else report.summary())
+    return 0
+
+
+def _add_step_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="a model config, e.g. llama3.1-405b, deepseek-v3-671b, tiny-llama")
+    p.add_argument("--target", default="h100", help="GPU key (h100, h200, b200, gb200) or GPU:TOPOLOGY (h100:8x8)")
+    p.add_argument("--gpus", type=int, default=None, help="number of GPUs (whole hosts); default: the GPU's usual system")
+    p.add_argument("--mesh", default=None, help="mesh axes, e.g. fsdp=64 or fsdp=8,tensor=8 (one may be -1)")
+    p.add_argument("--batch", type=int, required=True, help="global batch B (sequences per step)")
+    p.add_argument("--seq", type=int, required=True, help="sequence length S")
+    p.add_argument("--policy", default="full", help="a MaxText remat_policy preset or a custom .json spec")
+    p.add_argument("--attention", choices=("dot_product", "chunked"), default=None, help="attention implementation")
+    p.add_argument("--xla-flags", default=None, help="XLA flags for this compile (validated first)")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m companion", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -51,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("flags", help="list the XLA flag catalog, or --check an XLA_FLAGS string")
     p.add_argument("--check", metavar="XLA_FLAGS", help="validate this flag string; exit 1 if it is not valid")
     p.set_defaults(run=_flags)
+    p = sub.add_parser("compile", help="compile a model's full train step for a target; per-device memory report")
+    _add_step_arguments(p)
+    p.set_defaults(run=_compile)
     return parser
 
 

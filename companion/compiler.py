@@ -130,6 +130,11 @@ class Placement:
         """A global-shape argument placeholder sharded over this placement's mesh."""
         return jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype), sharding=self.sharding(spec))
 
+    def like(self, tree: Any, spec: PartitionSpec | tuple | None = None) -> Any:
+        """Abstract copies of a pytree of arrays (or ShapeDtypeStructs), all laid out by ``spec``
+        (default: replicated on every device)."""
+        return jax.tree.map(lambda a: self.abstract(a.shape, a.dtype, spec), tree)
+
 
 def place(target: Target, mesh_axes: Mapping[str, int] | None = None, *, backend_kind: str = "auto") -> Placement:
     """Devices for ``target`` and a mesh named by ``mesh_axes`` (default: one axis 'fsdp').
@@ -213,14 +218,24 @@ def _topology(target_config: str, spec: str):
 
 @dataclasses.dataclass(frozen=True)
 class DeviceMemory:
-    """Bytes per device as XLA's buffer assignment sees them."""
+    """HBM bytes per device as XLA's buffer assignment sees them.
+
+    ``peak_bytes`` is the device footprint: arguments + outputs + temp - aliased (donated
+    outputs reuse their arguments' buffers). ``xla_peak_bytes`` is XLA's own
+    ``peak_memory_in_bytes``, which in jaxlib 0.10.2 is arguments + the *largest temp allocation
+    of any memory space*: with more host temp than device temp it counts the host buffer.
+    """
 
     argument_bytes: int
     output_bytes: int
     temp_bytes: int
     alias_bytes: int
-    peak_bytes: int
+    xla_peak_bytes: int
     generated_code_bytes: int = 0
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.argument_bytes + self.output_bytes + self.temp_bytes - self.alias_bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,6 +282,11 @@ class CompileReport:
         return self.hbm_margin_bytes >= 0
 
     @property
+    def compiler_warnings(self) -> list[str]:
+        """XLA's warning and error log lines from this compile (e.g. rematerialization giving up)."""
+        return [line for line in self.compiler_log.splitlines() if line[:1] in ("W", "E") and "] " in line]
+
+    @property
     def module(self) -> hlo.HloModule:
         return hlo.parse_module(self.hlo_text)
 
@@ -286,7 +306,7 @@ class CompileReport:
             "hbm_bytes": self.hbm_bytes,
             "fits": self.fits,
             "hbm_margin_bytes": self.hbm_margin_bytes,
-            "device": dataclasses.asdict(self.device),
+            "device": {**dataclasses.asdict(self.device), "peak_bytes": self.device.peak_bytes},
             "host": dataclasses.asdict(self.host),
             "offload": self.offload.to_dict(),
             "collectives": self.collectives.to_dict(),
@@ -361,9 +381,7 @@ def _report(compiled, placement: Placement, seconds: float, options: dict, log: 
         output_bytes=int(stats.output_size_in_bytes),
         temp_bytes=int(stats.temp_size_in_bytes),
         alias_bytes=int(stats.alias_size_in_bytes),
-        peak_bytes=int(getattr(stats, "peak_memory_in_bytes", 0) or
-                       stats.argument_size_in_bytes + stats.output_size_in_bytes
-                       + stats.temp_size_in_bytes - stats.alias_size_in_bytes),
+        xla_peak_bytes=int(getattr(stats, "peak_memory_in_bytes", 0)),
         generated_code_bytes=int(stats.generated_code_size_in_bytes),
     )
     host = HostMemory(

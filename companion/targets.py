@@ -92,6 +92,7 @@ class Gpu:
     nvlink_bidirectional_bytes_per_s: float
     tdp_watts: int
     system: str  # the reference system the host figures come from
+    gpus_per_host: int  # GPUs per host (an HGX board: 8; a GB200 compute tray: 4)
     sources: tuple[str, ...] = ()
     shared_memory_per_sm: int = 233472  # 228 KiB (Hopper and Blackwell)
     shared_memory_per_block_optin: int = 232448  # 227 KiB
@@ -170,7 +171,7 @@ GPUS: dict[str, Gpu] = {
             bf16_dense_flops=989.4e12, fp8_dense_flops=1978.9e12, sm_count=132, clock_ghz=1.98,
             compute_capability=(9, 0), l2_bytes=50 * MiB, host_link=HOST_LINKS["pcie5_x16"],
             host_memory_per_gpu_bytes=256 * GB, nvlink_bidirectional_bytes_per_s=900 * GB, tdp_watts=700,
-            system="DGX H100 (8 GPUs, 2 TB system memory)", sources=_HOPPER_SOURCES,
+            system="DGX H100 (8 GPUs, 2 TB system memory)", gpus_per_host=8, sources=_HOPPER_SOURCES,
         ),
         Gpu(
             key="h200", name="H200 SXM 141GB", device_kind="NVIDIA H200",
@@ -179,7 +180,7 @@ GPUS: dict[str, Gpu] = {
             bf16_dense_flops=989.4e12, fp8_dense_flops=1978.9e12, sm_count=132, clock_ghz=1.98,
             compute_capability=(9, 0), l2_bytes=50 * MiB, host_link=HOST_LINKS["pcie5_x16"],
             host_memory_per_gpu_bytes=256 * GB, nvlink_bidirectional_bytes_per_s=900 * GB, tdp_watts=700,
-            system="DGX H200 (8 GPUs, 2 TB system memory)",
+            system="DGX H200 (8 GPUs, 2 TB system memory)", gpus_per_host=8,
             sources=("NVIDIA H200 Tensor Core GPU datasheet", "nvidia-smi: 143771 MiB total",
                      "XLA xla/backends/gpu/target_config/specs/h200.txtpb"),
         ),
@@ -189,7 +190,7 @@ GPUS: dict[str, Gpu] = {
             bf16_dense_flops=2.25e15, fp8_dense_flops=4.5e15, sm_count=148, clock_ghz=1.965,
             compute_capability=(10, 0), l2_bytes=132_644_864, host_link=HOST_LINKS["pcie5_x16"],
             host_memory_per_gpu_bytes=256 * GB, nvlink_bidirectional_bytes_per_s=1800 * GB, tdp_watts=1000,
-            system="DGX B200 (8 GPUs, 2 TB system memory)",
+            system="DGX B200 (8 GPUs, 2 TB system memory)", gpus_per_host=8,
             sources=("NVIDIA DGX B200 / HGX B200 datasheet (dense = half the sparse figures)",
                      "XLA xla/backends/gpu/target_config/specs/b200.txtpb"),
         ),
@@ -199,7 +200,7 @@ GPUS: dict[str, Gpu] = {
             bf16_dense_flops=2.5e15, fp8_dense_flops=5.0e15, sm_count=152, clock_ghz=2.062,
             compute_capability=(10, 0), l2_bytes=135_528_448, host_link=HOST_LINKS["nvlink_c2c"],
             host_memory_per_gpu_bytes=240 * GB, nvlink_bidirectional_bytes_per_s=1800 * GB, tdp_watts=1200,
-            system="GB200 NVL72 (18 trays x 4 GPUs; one 480 GB LPDDR5X Grace per 2 GPUs)",
+            system="GB200 NVL72 (18 trays x 4 GPUs; one 480 GB LPDDR5X Grace per 2 GPUs)", gpus_per_host=4,
             sources=("NVIDIA GB200 NVL72 datasheet (per GPU = rack / 72)",
                      "XLA xla/backends/gpu/target_config/specs/gb200.txtpb"),
         ),
@@ -253,18 +254,19 @@ NAMED_TOPOLOGIES = {
 }
 
 
-def topology(spec: str | int | Topology) -> Topology:
-    """``"8x8"`` (hosts x GPUs per host), ``"1x8x8"`` (slices x hosts x GPUs), ``"nvl72"``, or ``64``."""
+def topology(spec: str | int | Topology, gpus_per_host: int = 8) -> Topology:
+    """``"8x8"`` (hosts x GPUs per host), ``"1x8x8"`` (slices x hosts x GPUs), ``"nvl72"``, or a
+    GPU count (``64``: whole hosts of ``gpus_per_host``)."""
     if isinstance(spec, Topology):
         return spec
-    if isinstance(spec, int):
+    if isinstance(spec, int) and not isinstance(spec, bool):
         if spec < 1:
             raise ValueError(f"number of GPUs must be positive, got {spec}")
-        if spec <= 8:
+        if spec <= gpus_per_host:
             return Topology(1, spec)
-        if spec % 8:
-            raise ValueError(f"{spec} GPUs is not whole 8-GPU hosts; write the topology as HOSTSxGPUS")
-        return Topology(spec // 8, 8)
+        if spec % gpus_per_host:
+            raise ValueError(f"{spec} GPUs is not whole {gpus_per_host}-GPU hosts; write the topology as HOSTSxGPUS")
+        return Topology(spec // gpus_per_host, gpus_per_host)
     text = str(spec).strip().lower()
     if text in NAMED_TOPOLOGIES:
         return NAMED_TOPOLOGIES[text]
@@ -315,5 +317,5 @@ def target(gpu_key: str | Gpu = "h100", topology_spec: str | int | Topology | No
     if isinstance(gpu_key, str) and ":" in gpu_key and topology_spec is None:
         gpu_key, topology_spec = gpu_key.split(":", 1)
     g = gpu(gpu_key)
-    topo = topology(topology_spec if topology_spec is not None else DEFAULT_TOPOLOGY[g.key])
+    topo = topology(topology_spec if topology_spec is not None else DEFAULT_TOPOLOGY[g.key], g.gpus_per_host)
     return Target(g, topo, host_link(link) if link is not None else g.host_link)

@@ -31,3 +31,38 @@ def test_targets_table_and_flag_listing():
 
 def test_unknown_subcommand_fails():
     assert companion("nonsense").returncode != 0
+
+
+def test_compile_prints_one_json_object_per_device(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text('{"query_proj": "offload", "mlpwi_0": "device"}')
+    out = companion("compile", "--model", "tiny-llama", "--target", "h100", "--gpus", "2", "--mesh", "fsdp=2",
+                    "--batch", "4", "--seq", "64", "--policy", str(spec), "--json",
+                    "--xla-flags", "--xla_gpu_enable_latency_hiding_scheduler=true")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["target"] == "h100:1x2" and report["num_devices"] == 2 and report["policy"] == "spec"
+    for key in ("argument_bytes", "output_bytes", "temp_bytes", "alias_bytes", "peak_bytes"):
+        assert report["device"][key] >= 0
+    for key in ("argument_bytes", "output_bytes", "temp_bytes"):
+        assert key in report["host"]
+    assert report["host"]["temp_bytes"] > 0 and report["offload"]["d2h_ops"] >= 1 and report["offload"]["h2d_ops"] >= 1
+    assert report["compile_seconds"] > 0
+    assert report["flags"] == {"xla_gpu_enable_latency_hiding_scheduler": True}
+
+
+def test_compile_errors_are_one_line():
+    cases = [
+        (["--model", "llama3-8b"], "unknown model"),
+        (["--model", "tiny-llama", "--policy", "fulll"], "unknown remat policy"),
+        (["--model", "tiny-llama", "--gpus", "2", "--batch", "3"], "does not divide"),
+        (["--model", "tiny-llama", "--gpus", "2", "--mesh", "fsdp=4"], "make the sizes multiply to 2"),
+        (["--model", "tiny-llama", "--gpus", "0"], "must be positive"),
+        (["--model", "tiny-llama", "--target", "h1000"], "unknown GPU"),
+        (["--model", "tiny-llama", "--xla-flags", "--xla_gpu_enable_latency_hidng_scheduler=true"], "did you mean"),
+    ]
+    for extra, message in cases:
+        args = ["compile", "--batch", "4", "--seq", "64", *extra]
+        out = companion(*args)
+        assert out.returncode == 1, (extra, out.stderr)
+        assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, (extra, out.stderr)

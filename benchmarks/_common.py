@@ -1,0 +1,30 @@
+"""Shared by the benchmark scripts: where results go and what machine produced them."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT))
+
+
+def machine() -> dict:
+    import jax
+    import jaxlib
+
+    return {"python": platform.python_version(), "jax": jax.__version__, "jaxlib": jaxlib.__version__,
+            "cpus": os.cpu_count(), "machine": platform.machine(), "date": time.strftime("%Y-%m-%d")}
+
+
+def write(name: str, payload: dict) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps({"benchmark": name, "machine": machine(), **payload}, indent=1) + "\n")
+    print(f"wrote {path.relative_to(ROOT)}")
+    return path

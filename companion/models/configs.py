@@ -1,0 +1,221 @@
+"""Model configurations: typed, validated, with the published shapes.
+
+``ModelConfig`` holds a decoder-only transformer; ``mla`` and ``moe`` switch on DeepSeek's
+multi-head latent attention and routed experts. Dtypes follow MaxText's knobs:
+``weight_dtype`` for the stored (master) parameters, ``dtype`` for activations and matmuls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+
+import jax.numpy as jnp
+
+DTYPES = ("float32", "bfloat16", "float16")
+ATTENTION_IMPLS = ("dot_product", "chunked")
+
+
+@dataclasses.dataclass(frozen=True)
+class Mla:
+    """Multi-head latent attention (DeepSeek-V2/V3): low-rank Q and a compressed KV latent."""
+
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+@dataclasses.dataclass(frozen=True)
+class Moe:
+    """Routed experts with top-k sigmoid routing (plus a load-balancing bias) and shared experts."""
+
+    num_experts: int
+    experts_per_token: int
+    expert_mlp_dim: int
+    shared_experts: int = 1
+    first_dense_layers: int = 0
+    routed_scaling_factor: float = 1.0
+    capacity_factor: float = 1.25  # expert buffer = capacity_factor x the balanced share of tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class Rope:
+    theta: float = 10_000.0
+    # Llama 3.1 frequency scaling (factor 8 from an 8192 context); 0 = off
+    llama3_factor: float = 0.0
+    llama3_low_freq_factor: float = 1.0
+    llama3_high_freq_factor: float = 4.0
+    llama3_original_context: int = 8192
+    # DeepSeek YaRN (factor 40 from a 4096 context); 0 = off
+    yarn_factor: float = 0.0
+    yarn_original_context: int = 4096
+    yarn_beta_fast: float = 32.0
+    yarn_beta_slow: float = 1.0
+    yarn_mscale: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    name: str
+    vocab_size: int
+    d_model: int  # D
+    num_layers: int  # L
+    num_heads: int  # H
+    num_kv_heads: int  # H_kv (= H without grouping; MLA uses H)
+    head_dim: int  # d_h
+    mlp_dim: int  # F (dense layers)
+    rope: Rope = Rope()
+    norm_eps: float = 1e-5
+    mla: Mla | None = None
+    moe: Moe | None = None
+    weight_dtype: str = "float32"
+    dtype: str = "bfloat16"
+    attention: str = "dot_product"
+    attention_chunk: int = 1024  # query block of the "chunked" attention
+
+    def __post_init__(self):
+        positive = ["vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads", "head_dim", "mlp_dim"]
+        for field in positive:
+            value = getattr(self, field)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{self.name}: {field} must be a positive integer, got {value!r}")
+        for field in ("weight_dtype", "dtype"):
+            if getattr(self, field) not in DTYPES:
+                raise ValueError(f"{self.name}: {field} {getattr(self, field)!r} is not one of {', '.join(DTYPES)}")
+        if self.attention not in ATTENTION_IMPLS:
+            raise ValueError(f"{self.name}: attention {self.attention!r} is not one of {', '.join(ATTENTION_IMPLS)}")
+        if self.attention_chunk < 1:
+            raise ValueError(f"{self.name}: attention_chunk must be positive, got {self.attention_chunk}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"{self.name}: num_kv_heads {self.num_kv_heads} does not divide num_heads {self.num_heads}")
+        if self.mla is None and self.d_model % self.num_heads:
+            raise ValueError(f"{self.name}: num_heads {self.num_heads} does not divide d_model {self.d_model}")
+        if self.mla is not None:
+            for field, value in dataclasses.asdict(self.mla).items():
+                if not isinstance(value, int) or value < 1:
+                    raise ValueError(f"{self.name}: mla.{field} must be a positive integer, got {value!r}")
+            if self.mla.qk_rope_head_dim % 2:
+                raise ValueError(f"{self.name}: mla.qk_rope_head_dim must be even for RoPE")
+        elif self.head_dim % 2:
+            raise ValueError(f"{self.name}: head_dim must be even for RoPE, got {self.head_dim}")
+        if self.moe is not None:
+            m = self.moe
+            for field in ("num_experts", "experts_per_token", "expert_mlp_dim"):
+                if getattr(m, field) < 1:
+                    raise ValueError(f"{self.name}: moe.{field} must be positive, got {getattr(m, field)}")
+            if m.experts_per_token > m.num_experts:
+                raise ValueError(f"{self.name}: moe.experts_per_token {m.experts_per_token} exceeds "
+                                 f"moe.num_experts {m.num_experts}")
+            if not 0 <= m.first_dense_layers <= self.num_layers:
+                raise ValueError(f"{self.name}: moe.first_dense_layers {m.first_dense_layers} is outside "
+                                 f"0..{self.num_layers}")
+            if m.shared_experts < 0 or m.capacity_factor <= 0:
+                raise ValueError(f"{self.name}: moe.shared_experts must be >= 0 and moe.capacity_factor > 0")
+
+    # ------------------------------------------------------------------ derived shapes
+
+    @property
+    def family(self) -> str:
+        return "deepseek" if self.mla is not None or self.moe is not None else "llama"
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.moe.first_dense_layers if self.moe else self.num_layers
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers
+
+    @property
+    def weight_bytes(self) -> int:
+        return jnp.dtype(self.weight_dtype).itemsize
+
+    @property
+    def act_bytes(self) -> int:
+        return jnp.dtype(self.dtype).itemsize
+
+    def attention_params(self) -> int:
+        D, H = self.d_model, self.num_heads
+        if self.mla is None:
+            return D * (H + 2 * self.num_kv_heads) * self.head_dim + H * self.head_dim * D
+        m = self.mla
+        return (D * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * H * m.qk_head_dim
+                + D * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+                + m.kv_lora_rank * H * (m.qk_nope_head_dim + m.v_head_dim) + H * m.v_head_dim * D)
+
+    def dense_mlp_params(self) -> int:
+        return 3 * self.d_model * self.mlp_dim
+
+    def expert_params(self) -> int:
+        return 3 * self.d_model * self.moe.expert_mlp_dim
+
+    def moe_params(self, active: bool = False) -> int:
+        m = self.moe
+        routed = m.experts_per_token if active else m.num_experts
+        return (routed + m.shared_experts) * self.expert_params() + self.d_model * m.num_experts + m.num_experts
+
+    def param_count(self, active: bool = False) -> int:
+        """Parameters (``active``: those one token uses: top-k routed experts only)."""
+        norms = 2 * self.d_model
+        dense_layer = self.attention_params() + self.dense_mlp_params() + norms
+        total = self.num_dense_layers * dense_layer
+        if self.moe is not None:
+            total += self.num_moe_layers * (self.attention_params() + self.moe_params(active) + norms)
+        return total + 2 * self.vocab_size * self.d_model + self.d_model  # embed, head, final norm
+
+    def replace(self, **changes) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+
+# ----------------------------------------------------------------------------- the catalog
+
+_LLAMA31_ROPE = Rope(theta=500_000.0, llama3_factor=8.0)
+_DEEPSEEK_ROPE = Rope(theta=10_000.0, yarn_factor=40.0)
+
+CONFIGS: dict[str, ModelConfig] = {
+    c.name: c
+    for c in (
+        ModelConfig("tiny-llama", vocab_size=256, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                    head_dim=16, mlp_dim=128, rope=Rope(theta=10_000.0)),
+        ModelConfig("tiny-deepseek", vocab_size=256, d_model=64, num_layers=3, num_heads=4, num_kv_heads=4,
+                    head_dim=16, mlp_dim=128, norm_eps=1e-6, rope=Rope(theta=10_000.0),
+                    mla=Mla(q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16),
+                    moe=Moe(num_experts=8, experts_per_token=2, expert_mlp_dim=32, shared_experts=1,
+                            first_dense_layers=1, routed_scaling_factor=2.5, capacity_factor=2.0)),
+        ModelConfig("llama3.1-8b", vocab_size=128256, d_model=4096, num_layers=32, num_heads=32, num_kv_heads=8,
+                    head_dim=128, mlp_dim=14336, rope=_LLAMA31_ROPE),
+        ModelConfig("llama3.1-70b", vocab_size=128256, d_model=8192, num_layers=80, num_heads=64, num_kv_heads=8,
+                    head_dim=128, mlp_dim=28672, rope=_LLAMA31_ROPE),
+        ModelConfig("llama3.1-405b", vocab_size=128256, d_model=16384, num_layers=126, num_heads=128,
+                    num_kv_heads=8, head_dim=128, mlp_dim=53248, rope=_LLAMA31_ROPE),
+        ModelConfig("deepseek-v3-671b", vocab_size=129280, d_model=7168, num_layers=61, num_heads=128,
+                    num_kv_heads=128, head_dim=128, mlp_dim=18432, norm_eps=1e-6, rope=_DEEPSEEK_ROPE,
+                    mla=Mla(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                            v_head_dim=128),
+                    moe=Moe(num_experts=256, experts_per_token=8, expert_mlp_dim=2048, shared_experts=1,
+                            first_dense_layers=3, routed_scaling_factor=2.5, capacity_factor=1.25)),
+    )
+}
+
+PUBLISHED_PARAMS = {"llama3.1-8b": 8.03e9, "llama3.1-70b": 70.6e9, "llama3.1-405b": 405.9e9,
+                    "deepseek-v3-671b": 671e9}
+PUBLISHED_ACTIVE_PARAMS = {"deepseek-v3-671b": 37e9}
+
+
+def config(name: str | ModelConfig, **overrides) -> ModelConfig:
+    """A catalog config by name, with optional field overrides (``config("llama3.1-8b", num_layers=4)``)."""
+    if isinstance(name, ModelConfig):
+        base = name
+    elif name not in CONFIGS:
+        close = difflib.get_close_matches(name, list(CONFIGS), n=3, cutoff=0.5)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ValueError(f"unknown model {name!r}{hint}; choose one of: {', '.join(CONFIGS)}")
+    else:
+        base = CONFIGS[name]
+    return base.replace(**overrides) if overrides else base

@@ -1,0 +1,117 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from companion import models, policies
+from companion.models import configs as mc
+from companion.models.layers import dispatch_slots, expert_capacity, rope_frequencies
+
+
+@pytest.mark.parametrize("name", ["llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "deepseek-v3-671b"])
+def test_parameter_counts_match_the_published_totals(name):
+    cfg = models.config(name)
+    assert cfg.param_count() == pytest.approx(mc.PUBLISHED_PARAMS[name], rel=0.01)
+
+
+def test_deepseek_active_parameters():
+    cfg = models.config("deepseek-v3-671b")
+    # ~37B activated per token (top-8 of 256 routed experts + the shared expert + attention).
+    assert cfg.param_count(active=True) == pytest.approx(37e9, rel=0.02)
+    assert cfg.num_dense_layers == 3 and cfg.num_moe_layers == 58
+
+
+def test_published_shapes():
+    c = models.config("llama3.1-405b")
+    assert (c.num_layers, c.d_model, c.num_heads, c.num_kv_heads, c.mlp_dim, c.vocab_size) == (
+        126, 16384, 128, 8, 53248, 128256)
+    d = models.config("deepseek-v3-671b")
+    assert (d.num_layers, d.d_model, d.num_heads, d.mlp_dim, d.vocab_size) == (61, 7168, 128, 18432, 129280)
+    assert (d.mla.q_lora_rank, d.mla.kv_lora_rank, d.mla.qk_nope_head_dim, d.mla.qk_rope_head_dim,
+            d.mla.v_head_dim) == (1536, 512, 128, 64, 128)
+    assert (d.moe.num_experts, d.moe.experts_per_token, d.moe.shared_experts, d.moe.expert_mlp_dim,
+            d.moe.first_dense_layers) == (256, 8, 1, 2048, 3)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-deepseek", "llama3.1-405b", "deepseek-v3-671b"])
+def test_abstract_model_parameters_equal_the_config_count(name):
+    model = models.abstract(name)
+    _, params, rest = nnx.split(model, nnx.Param, ...)
+    counted = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
+    bias = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(rest))  # the router's balancing bias
+    assert counted + bias == model.cfg.param_count()
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"num_heads": 6}, "does not divide d_model"),
+    ({"num_kv_heads": 3}, "does not divide num_heads"),
+    ({"d_model": 0}, "must be a positive integer"),
+    ({"mlp_dim": -4}, "must be a positive integer"),
+    ({"dtype": "bf16"}, "is not one of"),
+    ({"attention": "flash"}, "is not one of"),
+])
+def test_invalid_llama_configs_are_clear_errors(changes, message):
+    with pytest.raises(ValueError, match=message):
+        models.config("tiny-llama", **changes)
+
+
+def test_invalid_moe_configs_are_clear_errors():
+    base = models.config("tiny-deepseek")
+    with pytest.raises(ValueError, match="experts_per_token 9 exceeds moe.num_experts 8"):
+        base.replace(moe=mc.Moe(num_experts=8, experts_per_token=9, expert_mlp_dim=32))
+    with pytest.raises(ValueError, match="first_dense_layers"):
+        base.replace(moe=mc.Moe(num_experts=8, experts_per_token=2, expert_mlp_dim=32, first_dense_layers=7))
+    with pytest.raises(ValueError, match="mla.kv_lora_rank must be a positive"):
+        base.replace(mla=mc.Mla(32, 0, 16, 8, 16))
+    with pytest.raises(ValueError, match="unknown model 'llama3-405b'.*did you mean llama3.1-405b"):
+        models.config("llama3-405b")
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-deepseek"])
+def test_models_report_exactly_the_names_they_emit(name):
+    model = models.build(name)
+    tokens = jnp.zeros((2, 8), jnp.int32)
+    emitted = policies.emitted_names(lambda t: model(t), tokens)
+    assert emitted == model.checkpoint_names()
+    assert {"decoder_layer_input", "query_proj", "key_proj", "value_proj", "context", "out_proj",
+            "mlpwi_0", "mlpwi_1", "mlpwo"} <= emitted
+    if name == "tiny-deepseek":
+        assert {"mla_q", "mla_kv", "query_wa_proj", "kv_wa_proj", "moe_mlpwi_0", "moe_mlpwi_1", "moe_mlpwo"} <= emitted
+
+
+def test_forward_is_causal():
+    model = models.build("tiny-llama")
+    a = jnp.arange(16, dtype=jnp.int32)[None] % 256
+    b = a.at[0, 10].set(99)
+    la, lb = model(a), model(b)
+    np.testing.assert_allclose(la[0, :10], lb[0, :10], rtol=1e-5, atol=1e-5)
+    assert not np.allclose(la[0, 10:], lb[0, 10:])
+
+
+def test_chunked_attention_equals_dot_product():
+    full = models.build("tiny-llama")
+    chunked = models.build(models.config("tiny-llama", attention="chunked", attention_chunk=4))
+    tokens = (jnp.arange(32, dtype=jnp.int32)[None] * 7) % 256
+    np.testing.assert_allclose(full(tokens), chunked(tokens), rtol=2e-2, atol=2e-2)
+
+
+def test_dispatch_slots_rank_tokens_within_experts_and_drop_overflow():
+    choice = jnp.array([[0, 1], [0, 2], [0, 1], [3, 0]])  # 4 tokens, top-2, 4 experts
+    slots = dispatch_slots(choice, num_experts=4, capacity=2)
+    # expert 0 gets tokens 0 and 1 (slots 0, 1); tokens 2 and 3 overflow it (slot 4*2 = 8: dropped)
+    assert slots.tolist() == [[0, 2], [1, 4], [8, 3], [6, 8]]
+
+
+def test_expert_capacity_is_the_balanced_share_times_the_factor():
+    cfg = models.config("deepseek-v3-671b")
+    assert expert_capacity(4096, cfg) == int(np.ceil(4096 * 8 / 256 * 1.25))
+
+
+def test_rope_scalings_change_low_frequencies_only():
+    base = rope_frequencies(128, mc.Rope(theta=500_000.0))
+    scaled = rope_frequencies(128, mc.Rope(theta=500_000.0, llama3_factor=8.0))
+    assert scaled[0] == base[0] and scaled[-1] == pytest.approx(base[-1] / 8)
+    yarn = rope_frequencies(64, mc.Rope(theta=10_000.0, yarn_factor=40.0))
+    plain = rope_frequencies(64, mc.Rope(theta=10_000.0))
+    assert yarn[0] == plain[0] and yarn[-1] == pytest.approx(plain[-1] / 40)

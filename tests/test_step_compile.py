@@ -1,0 +1,51 @@
+"""The full train step (forward, backward, AdamW update) compiled for GPU targets, no GPU needed."""
+
+import functools
+
+import pytest
+
+from companion import compiler, policies, targets, train
+
+GiB = 2**30
+
+
+@functools.cache
+def compile_big(model: str, policy: str):
+    if model == "llama3.1-405b":
+        placement = compiler.place(targets.target("h100", "8x8"))  # fsdp=64
+    else:
+        placement = compiler.place(targets.target("gb200", 64), {"fsdp": 8, "expert": 8})
+    return train.compile_step(train.trainer(model, policy), placement, batch=64, seq=4096)
+
+
+@pytest.mark.parametrize("model", ["llama3.1-405b", "deepseek-v3-671b"])
+def test_full_size_models_compile_and_offload_lowers_the_peak_by_what_it_moves(model):
+    minimal, offloaded = compile_big(model, "minimal"), compile_big(model, "minimal_offloaded")
+    assert minimal.backend == offloaded.backend == "cuda" and minimal.num_devices == 64
+    assert minimal.host.temp_bytes == 0 and offloaded.host.temp_bytes > 10 * GiB
+    saved = minimal.device.peak_bytes - offloaded.device.peak_bytes
+    assert saved == pytest.approx(offloaded.host.temp_bytes, rel=0.10)
+    assert offloaded.offload.d2h_bytes_per_step == offloaded.offload.h2d_bytes_per_step > 0
+
+
+@pytest.mark.parametrize("model", ["llama3.1-405b", "deepseek-v3-671b"])
+def test_configurations_over_hbm_still_compile_and_say_by_how_much(model):
+    r = compile_big(model, "minimal")
+    assert not r.fits and r.hbm_margin_bytes == r.hbm_bytes - r.device.peak_bytes < 0
+    assert "does NOT fit, over by" in r.summary()
+    # parameters + 2 Adam moments in float32, FSDP-sharded over 64 GPUs
+    params = train.models.config(model).param_count()
+    assert r.device.argument_bytes == pytest.approx(params * 12 / 64, rel=0.01)
+
+
+@functools.cache
+def tiny_reports():
+    placement = compiler.place(targets.target("h100", "1x2"))
+    return {p: train.compile_step(train.trainer("tiny-llama", p), placement, batch=4, seq=64) for p in policies.PRESETS}
+
+
+def test_host_temp_is_positive_exactly_for_the_offloading_presets():
+    reports = tiny_reports()
+    for name, r in reports.items():
+        assert (r.host.temp_bytes > 0) == policies.PRESETS[name].offloads, name
+        assert (r.offload.d2h_ops > 0) == policies.PRESETS[name].offloads, name
