@@ -2,8 +2,9 @@
 
 Pure Python. ``read(dir)`` picks the after-optimizations files of the (last) module in a dump
 folder. The buffer assignment lists allocations (what the runtime really reserves, by memory
-space); the live-range file lists the schedule and, per buffer, the steps it is alive, from
-which ``XlaDump.timeline()`` rebuilds bytes alive per scheduled instruction.
+space, with each value's offset); the live-range file lists the schedule and, per buffer, the
+steps it is alive. Together: ``XlaDump.temp_timeline()``, the bytes of the temp arena in use at
+each step, and ``live_at(step)``, what is alive then (e.g. at the peak).
 """
 
 from __future__ import annotations
@@ -16,12 +17,21 @@ from . import hlo
 
 
 @dataclasses.dataclass(frozen=True)
+class Value:
+    """One HLO value placed in an allocation: ``buffer`` is "instruction{shape index}"."""
+
+    buffer: str
+    size: int
+    offset: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Allocation:
     index: int
     size: int
     memory_space: int  # 0 device, 5 pinned host
     kind: str  # parameter | output | temp | thread-local | constant | other
-    values: tuple[str, ...]  # HLO values that share it
+    values: tuple[Value, ...]  # HLO values placed in it (several share bytes when lifetimes do not overlap)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,27 +54,48 @@ class XlaDump:
         return sum(a.size for a in self.allocations
                    if a.memory_space == memory_space and (kinds is None or a.kind in kinds))
 
-    def timeline(self) -> list[int]:
-        """Bytes of device buffers alive at each step of the entry schedule (from live ranges)."""
+    def temp_timeline(self, memory_space: int = 0) -> list[int]:
+        """Bytes of the temp arena in use at each step of the schedule (alias-aware: values that
+        share bytes count once). Its maximum is the temp allocation: XLA's heap packs tightly."""
+        values = [v for a in self.allocations if a.memory_space == memory_space and a.kind == "temp"
+                  for v in a.values]
+        ranges = {r.buffer: (r.start, r.end) for r in self.live_ranges}
+        steps = len(self.sequence)
+        starts: dict[int, list[Value]] = {}
+        for v in values:
+            r = ranges.get(v.buffer)
+            if r:
+                starts.setdefault(max(r[0], 0), []).append(v)
+        used, live = [], []
+        for step in range(steps):
+            live = [v for v in live if ranges[v.buffer][1] >= step] + starts.get(step, [])
+            used.append(_union_bytes(live))
+        return used
+
+    def live_at(self, step: int, memory_space: int = 0) -> list[tuple[str, int, str]]:
+        """``(buffer, bytes, op_name)`` of the temp values alive at ``step``, largest first."""
         module = hlo.parse_module(self.module_text)
-        sizes = {}
-        for instr in module.instructions():
-            for index, array in _indexed_arrays(instr.shape):
-                sizes[f"{instr.name}{{{index}}}"] = 0 if array.on_host else array.bytes
-        alive = [0] * (len(self.sequence) + 1)
-        for r in self.live_ranges:
-            size = sizes.get(r.buffer, 0)
-            for step in range(max(r.start, 0), min(r.end, len(self.sequence)) + 1):
-                alive[step] += size
-        return alive
+        op_names = {i.name: i.op_name for i in module.instructions()}
+        ranges = {r.buffer: (r.start, r.end) for r in self.live_ranges}
+        out = []
+        for a in self.allocations:
+            if a.memory_space != memory_space or a.kind != "temp":
+                continue
+            for v in a.values:
+                r = ranges.get(v.buffer)
+                if r and r[0] <= step <= r[1]:
+                    out.append((v.buffer, v.size, op_names.get(v.buffer.split("{")[0], "")))
+        return sorted(out, key=lambda t: -t[1])
 
 
-def _indexed_arrays(shape, prefix=()):
-    if isinstance(shape, hlo.TupleShape):
-        for i, element in enumerate(shape.elements):
-            yield from _indexed_arrays(element, prefix + (i,))
-    else:
-        yield ",".join(map(str, prefix)), shape
+def _union_bytes(values: list[Value]) -> int:
+    total, end = 0, -1
+    for start, stop in sorted((v.offset, v.offset + v.size) for v in values):
+        if stop <= end:
+            continue
+        total += stop - max(start, end)
+        end = stop
+    return total
 
 
 def _after_optimizations(folder: Path, suffix: str) -> Path | None:
@@ -91,6 +122,7 @@ def read(folder: Path | str) -> XlaDump:
 
 
 _ALLOCATION = re.compile(r"^allocation (\d+): size (\d+)(.*):$")
+_VALUE = re.compile(r"^ value: <\d+ (\S+?)(?: \(phi\))? @\d+> \(size=(\d+),offset=(\d+)\)")
 
 
 def parse_buffer_assignment(text: str) -> tuple[Allocation, ...]:
@@ -102,7 +134,10 @@ def parse_buffer_assignment(text: str) -> tuple[Allocation, ...]:
                 allocations.append(_allocation(*current))
             current = (int(m.group(1)), int(m.group(2)), m.group(3), [])
         elif current and line.startswith(" value: "):
-            current[3].append(line.split("<", 1)[-1].split(" @", 1)[0])
+            m = _VALUE.match(line)
+            if m:
+                name = m.group(1) if "{" in m.group(1) else m.group(1) + "{}"
+                current[3].append(Value(name, int(m.group(2)), int(m.group(3))))
         elif current and not line.startswith(" "):
             allocations.append(_allocation(*current))
             current = None

@@ -101,5 +101,9 @@ def test_dump_gives_buffer_assignment_and_live_ranges():
     host_allocated = r.dump.allocated_bytes(memory_space=5)
     assert host_allocated == r.host.temp_bytes
     assert r.dump.sequence and r.dump.live_ranges and r.dump.peak_step is not None
-    timeline = r.dump.timeline()
-    assert len(timeline) == len(r.dump.sequence) + 1 and max(timeline) > 0
+    timeline = r.dump.temp_timeline()
+    assert len(timeline) == len(r.dump.sequence)
+    # values that share bytes count once: the busiest step fills the temp arena (XLA packs tightly)
+    assert 0.99 * r.device.temp_bytes <= max(timeline) <= r.device.temp_bytes
+    peak_step = timeline.index(max(timeline))
+    assert sum(size for _, size, _ in r.dump.live_at(peak_step)) >= max(timeline)
