@@ -73,18 +73,22 @@ class XlaDump:
         return used
 
     def live_at(self, step: int, memory_space: int = 0) -> list[tuple[str, int, str]]:
-        """``(buffer, bytes, op_name)`` of the temp values alive at ``step``, largest first."""
+        """``(buffer, bytes, op_name)`` of the temp values alive at ``step``, largest first.
+
+        Bytes are attributed once: a value sharing bytes with a larger live one (an in-place
+        update, a loop-carried alias) is listed with only the bytes it adds, often 0.
+        """
         module = hlo.parse_module(self.module_text)
         op_names = {i.name: i.op_name for i in module.instructions()}
         ranges = {r.buffer: (r.start, r.end) for r in self.live_ranges}
+        live = [v for a in self.allocations if a.memory_space == memory_space and a.kind == "temp"
+                for v in a.values if (r := ranges.get(v.buffer)) and r[0] <= step <= r[1]]
+        covered: list[Value] = []
         out = []
-        for a in self.allocations:
-            if a.memory_space != memory_space or a.kind != "temp":
-                continue
-            for v in a.values:
-                r = ranges.get(v.buffer)
-                if r and r[0] <= step <= r[1]:
-                    out.append((v.buffer, v.size, op_names.get(v.buffer.split("{")[0], "")))
+        for v in sorted(live, key=lambda v: -v.size):
+            added = _union_bytes(covered + [v]) - _union_bytes(covered)
+            covered.append(v)
+            out.append((v.buffer, added, op_names.get(v.buffer.split("{")[0], "")))
         return sorted(out, key=lambda t: -t[1])
 
 
