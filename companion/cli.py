@@ -1,7 +1,8 @@
 """``python -m companion ...``: the lab's checks for scripts and CI.
 
 Subcommands: ``targets`` (the GPU catalog), ``flags`` (the XLA flag catalog, ``--check``
-a flag string), ``compile`` (the full train step of a model for a target, per-device report).
+a flag string), ``compile`` (the full train step of a model for a target, per-device report),
+``budget`` (the analytic per-device memory budget of the same step, no compile).
 Errors are one line on stderr and a non-zero exit.
 """
 
@@ -70,6 +71,27 @@ def _compile(args) -> int:
     return 0
 
 
+def _budget(args) -> int:
+    from . import budget, models, policies, sharding
+
+    for name in ("batch", "seq"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be positive, got {getattr(args, name)}")
+    cfg = models.config(args.model, **({"attention": args.attention} if args.attention else {}))
+    target = targets.target(args.target) if ":" in args.target else targets.target(args.target, args.gpus)
+    if args.gpus is not None and target.num_devices != args.gpus:
+        raise ValueError(f"--target {args.target} has {target.num_devices} GPUs but --gpus is {args.gpus}")
+    mesh = sharding.parse_mesh(args.mesh, target.num_devices)
+    policy = policies.resolve(args.policy, emitted=models.abstract(cfg).checkpoint_names())
+    result = budget.estimate(cfg, args.batch, args.seq, policy, mesh, hbm_bytes=target.gpu.hbm_bytes)
+    if args.json:
+        print(json.dumps({"target": target.name, "num_devices": target.num_devices, **result.to_dict()}, indent=1))
+    else:
+        print(f"{target.name} ({target.gpu.name}, {target.num_devices} GPUs)")
+        print(result.table())
+    return 0
+
+
 def _add_step_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="a model config, e.g. llama3.1-405b, deepseek-v3-671b, tiny-llama")
     p.add_argument("--target", default="h100", help="GPU key (h100, h200, b200, gb200) or GPU:TOPOLOGY (h100:8x8)")
@@ -95,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compile", help="compile a model's full train step for a target; per-device memory report")
     _add_step_arguments(p)
     p.set_defaults(run=_compile)
+    p = sub.add_parser("budget", help="the analytic per-device memory budget of the same train step (no compile)")
+    _add_step_arguments(p)
+    p.set_defaults(run=_budget)
     return parser
 
 

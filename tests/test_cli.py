@@ -66,3 +66,27 @@ def test_compile_errors_are_one_line():
         out = companion(*args)
         assert out.returncode == 1, (extra, out.stderr)
         assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, (extra, out.stderr)
+
+
+def test_budget_and_compile_agree_for_405b_on_8x8_h100():
+    common = ["--model", "llama3.1-405b", "--target", "h100", "--gpus", "64", "--batch", "64", "--seq", "4096",
+              "--policy", "minimal_offloaded", "--json"]
+    b = companion("budget", *common)
+    c = companion("compile", *common)
+    assert b.returncode == 0 and c.returncode == 0, (b.stderr, c.stderr)
+    b, c = json.loads(b.stdout), json.loads(c.stdout)
+    assert abs(b["device_bytes"] - c["device"]["peak_bytes"]) <= 0.03 * c["device"]["peak_bytes"]
+    assert b["host_bytes"] == c["host"]["temp_bytes"]
+    terms = {t["key"]: t for t in b["terms"]}
+    assert terms["residuals_host"]["space"] == "host" and "query_proj" in terms["residuals_host"]["formula"]
+    assert b["fits"] is False and b["target"] == "h100:8x8"
+
+
+def test_budget_table_and_errors():
+    out = companion("budget", "--model", "tiny-deepseek", "--gpus", "1", "--batch", "2", "--seq", "32")
+    assert out.returncode == 0 and "device total" in out.stdout and "routed experts" in out.stdout
+    bad = companion("budget", "--model", "tiny-llama", "--gpus", "2", "--batch", "3", "--seq", "32")
+    assert bad.returncode == 1 and "does not divide" in bad.stderr
+    bad = companion("budget", "--model", "tiny-llama", "--gpus", "1", "--batch", "2", "--seq", "32",
+                    "--policy", '{"mla_q": "offload"}'.replace('"', ""))
+    assert bad.returncode == 1

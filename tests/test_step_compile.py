@@ -1,21 +1,13 @@
 """The full train step (forward, backward, AdamW update) compiled for GPU targets, no GPU needed."""
 
-import functools
-
 import pytest
 
-from companion import compiler, policies, targets, train
+from compiled import big as compile_big
+from compiled import tiny_all
+
+from companion import policies, train
 
 GiB = 2**30
-
-
-@functools.cache
-def compile_big(model: str, policy: str):
-    if model == "llama3.1-405b":
-        placement = compiler.place(targets.target("h100", "8x8"))  # fsdp=64
-    else:
-        placement = compiler.place(targets.target("gb200", 64), {"fsdp": 8, "expert": 8})
-    return train.compile_step(train.trainer(model, policy), placement, batch=64, seq=4096)
 
 
 @pytest.mark.parametrize("model", ["llama3.1-405b", "deepseek-v3-671b"])
@@ -38,14 +30,8 @@ def test_configurations_over_hbm_still_compile_and_say_by_how_much(model):
     assert r.device.argument_bytes == pytest.approx(params * 12 / 64, rel=0.01)
 
 
-@functools.cache
-def tiny_reports():
-    placement = compiler.place(targets.target("h100", "1x2"))
-    return {p: train.compile_step(train.trainer("tiny-llama", p), placement, batch=4, seq=64) for p in policies.PRESETS}
-
-
 def test_host_temp_is_positive_exactly_for_the_offloading_presets():
-    reports = tiny_reports()
+    reports = tiny_all()
     for name, r in reports.items():
         assert (r.host.temp_bytes > 0) == policies.PRESETS[name].offloads, name
         assert (r.offload.d2h_ops > 0) == policies.PRESETS[name].offloads, name

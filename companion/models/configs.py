@@ -185,7 +185,7 @@ CONFIGS: dict[str, ModelConfig] = {
                     head_dim=16, mlp_dim=128, rope=Rope(theta=10_000.0)),
         ModelConfig("tiny-deepseek", vocab_size=256, d_model=64, num_layers=3, num_heads=4, num_kv_heads=4,
                     head_dim=16, mlp_dim=128, norm_eps=1e-6, rope=Rope(theta=10_000.0),
-                    mla=Mla(q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16),
+                    mla=Mla(q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16),
                     moe=Moe(num_experts=8, experts_per_token=2, expert_mlp_dim=32, shared_experts=1,
                             first_dense_layers=1, routed_scaling_factor=2.5, capacity_factor=2.0)),
         ModelConfig("llama3.1-8b", vocab_size=128256, d_model=4096, num_layers=32, num_heads=32, num_kv_heads=8,

@@ -1,0 +1,142 @@
+import jax
+import jax.numpy as jnp
+import pytest
+from flax import nnx
+
+from compiled import TINY, big, tiny_all
+from companion import budget, compiler, heuristics, models, policies, targets, train
+from companion.models import graph
+
+GiB = 2**30
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-deepseek", "llama3.1-405b", "deepseek-v3-671b"])
+def test_parameter_table_is_the_model_exactly(name):
+    cfg = models.config(name)
+    actual = {"/".join(map(str, path)): (tuple(v.shape), tuple(v.get_metadata()["logical_axes"]), v.dtype.itemsize)
+              for path, v in nnx.to_flat_state(nnx.state(models.abstract(cfg)))}
+    table = {s.path: (s.shape, s.axes, s.dtype_bytes) for s in graph.parameter_specs(cfg)}
+    assert table == actual
+
+
+def _layer_residuals(model, stack, policy):
+    """Named residuals JAX really saves for one layer of ``stack`` under ``policy`` (shape, name)."""
+    g, state = nnx.split(getattr(model, stack))
+    layer = jax.tree.map(lambda a: a[0], state)
+    x = jnp.zeros((2, 16, model.cfg.d_model), jnp.bfloat16)
+    positions = jnp.broadcast_to(jnp.arange(16), (2, 16))
+    fn = jax.checkpoint(lambda x, s: nnx.merge(g, s)(x, positions), policy=policy.jax_policy())
+    # saved on device: "named '<name>' from ...";  offloaded: a "<host>" array put there by device_put
+    return sorted((shape, why) for shape, why in policies.saved_residuals(fn, x, layer)
+                  if why.startswith("named") or "<host>" in shape)
+
+
+@pytest.mark.parametrize("name, stack, routed", [("tiny-llama", "layers", False),
+                                                 ("tiny-deepseek", "dense_layers", False),
+                                                 ("tiny-deepseek", "moe_layers", True)])
+@pytest.mark.parametrize("preset", sorted(policies.PRESETS))
+def test_layer_graph_predicts_the_residuals_jax_saves(name, stack, routed, preset):
+    model = models.build(name)
+    policy = policies.PRESETS[preset]
+    cfg = model.cfg
+    extra = graph.moe_sizes(cfg, 2, 1, 1, 16) if routed else {}
+    z = graph.LayerSizes(b=2, S=16, D=cfg.d_model, H=cfg.num_heads, Hkv=cfg.num_kv_heads, dh=cfg.head_dim,
+                         F=cfg.mlp_dim, act=2, **extra)
+    residuals, _ = graph.layer_graph(cfg, z, routed=routed).plan(set(policy.device) | set(policy.offload))
+    predicted = sorted(n.bytes for n in residuals if n.key != "x")
+    actual = _layer_residuals(model, stack, policy)
+    sizes = sorted(2 * _prod(shape) for shape, _ in actual)
+    assert predicted == sizes, (preset, actual)
+
+
+def _prod(shape: str) -> int:
+    dims = shape.split("[")[1].split("]")[0]
+    out = 1
+    for d in dims.split(","):
+        out *= int(d)
+    return out
+
+
+def test_static_terms_are_the_compiled_arguments_exactly():
+    for policy in ("full", "minimal_offloaded"):
+        r = tiny_all()[policy]
+        b = budget.estimate(TINY["model"], TINY["batch"], TINY["seq"], policy, {"fsdp": 2})
+        static = sum(t.bytes for t in b.terms if t.kind == "static")
+        assert abs(static - r.device.argument_bytes) <= 16  # AdamW's step counters (scalars)
+
+
+def test_host_bytes_are_exactly_what_xla_offloads():
+    for policy, r in tiny_all().items():
+        b = budget.estimate(TINY["model"], TINY["batch"], TINY["seq"], policy, {"fsdp": 2})
+        assert b.host_bytes == r.host.temp_bytes, policy
+    off = big("llama3.1-405b", "minimal_offloaded")
+    assert budget.estimate("llama3.1-405b", 64, 4096, "minimal_offloaded", {"fsdp": 64}).host_bytes == off.host.temp_bytes
+
+
+@pytest.mark.parametrize("preset", sorted(policies.PRESETS))
+def test_tiny_budget_matches_the_compiler_within_3_percent_for_every_preset(preset):
+    r = tiny_all()[preset]
+    b = budget.estimate(TINY["model"], TINY["batch"], TINY["seq"], preset, {"fsdp": 2})
+    assert b.device_bytes == pytest.approx(r.device.peak_bytes, rel=0.03)
+
+
+@pytest.mark.parametrize("policy", ["full", "minimal_offloaded"])
+def test_405b_budget_matches_the_compiler_within_3_percent(policy):
+    r = big("llama3.1-405b", policy)
+    b = budget.estimate("llama3.1-405b", 64, 4096, policy, {"fsdp": 64}, hbm_bytes=r.hbm_bytes)
+    assert b.device_bytes == pytest.approx(r.device.peak_bytes, rel=0.03)
+    assert b.fits is False and b.margin_bytes < 0 and b.xla_remat_expected
+
+
+def test_terms_explain_themselves_and_scale_as_their_formulas_say():
+    base = budget.estimate("llama3.1-8b", 8, 4096, "full", {"fsdp": 8})
+    terms = {t.key: t for t in base.terms}
+    assert terms["residuals"].formula == "L x [decoder_layer_input]"
+    assert terms["residuals"].bytes == 32 * 1 * 4096 * 4096 * 2  # L x b x S x D x 2 B
+    double = budget.estimate("llama3.1-8b", 16, 4096, "full", {"fsdp": 8})
+    assert {t.key: t for t in double.terms}["residuals"].bytes == 2 * terms["residuals"].bytes
+    assert {t.key: t for t in double.terms}["parameters"].bytes == terms["parameters"].bytes
+    # tensor=2 halves the heads per device while fsdp=4 doubles the sequences per device
+    wider = budget.estimate("llama3.1-8b", 8, 4096, "full", {"fsdp": 4, "tensor": 2})
+    assert {t.key: t for t in wider.terms}["attention_scores"].bytes == terms["attention_scores"].bytes
+    assert "query_proj" in {t.key: t for t in budget.estimate("llama3.1-8b", 8, 4096, "minimal",
+                                                              {"fsdp": 8}).terms}["residuals"].formula
+
+
+def test_recompute_flops_follow_the_policy():
+    full = budget.estimate("llama3.1-8b", 8, 4096, "full", {"fsdp": 8})
+    minimal = budget.estimate("llama3.1-8b", 8, 4096, "minimal", {"fsdp": 8})
+    offloaded = budget.estimate("llama3.1-8b", 8, 4096, "minimal_offloaded", {"fsdp": 8})
+    assert full.recompute_flops > minimal.recompute_flops > 0
+    assert offloaded.recompute_flops == minimal.recompute_flops  # offload, like saving, avoids recompute
+    # full remat recomputes about one forward pass (less the last matmul): ~1/4 of a step
+    assert 0.2 < full.recompute_flops / full.step_flops < 0.34
+
+
+def test_budget_is_fast_enough_for_a_widget():
+    import time
+
+    start = time.perf_counter()
+    for _ in range(20):
+        budget.estimate("deepseek-v3-671b", 64, 4096, "minimal", {"fsdp": 8, "expert": 8})
+    assert (time.perf_counter() - start) / 20 < 0.05
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(batch=0), "must be positive"), (dict(batch=6), "does not divide over 8"),
+    (dict(policy="minimall"), "unknown remat policy"), (dict(mesh={"fsdp": 3}), "has 3 devices but"),
+])
+def test_bad_budget_inputs_are_clear_errors(kwargs, message):
+    args = dict(model="llama3.1-8b", batch=8, seq=4096, policy="full", mesh={"fsdp": 8}, num_devices=8) | kwargs
+    with pytest.raises(ValueError, match=message):
+        budget.estimate(**args)
+
+
+def test_rules_of_thumb():
+    assert heuristics.korthikanti_layer_bytes(2048, 1, 4096, 32) == 2048 * 4096 * (34 + 5 * 32 * 2048 / 4096)
+    assert heuristics.korthikanti_layer_bytes(2048, 1, 4096, 32, recompute="full") == 2 * 2048 * 4096
+    assert heuristics.recompute_row("full") == "full" and heuristics.recompute_row("minimal") == "selective"
+    ten, sixteen = heuristics.estimates("llama3.1-405b", 64, 4096, "full", {"fsdp": 64})
+    params = models.config("llama3.1-405b").param_count() / 64
+    assert ten.state_bytes == 10 * params and sixteen.state_bytes == 16 * params
+    assert ten.activation_bytes == 126 * 2 * 4096 * 1 * 16384
