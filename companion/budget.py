@@ -68,6 +68,14 @@ class Budget:
     recompute_flops: float  # added by remat, per device per step
     step_flops: float  # forward + backward matmul FLOPs without recompute, per device per step
     hbm_bytes: int | None = None
+    other_phase: tuple[Term, ...] = ()  # the transient terms of the phase that is not the peak
+
+    def phase_terms(self, phase: str) -> tuple[Term, ...]:
+        """The transient terms of "layer backward" or "loss", whichever is the peak."""
+        if phase not in ("layer backward", "loss"):
+            raise ValueError(f"unknown phase {phase!r}; choose 'layer backward' or 'loss'")
+        transient = tuple(t for t in self.terms if t.kind == "transient")
+        return transient if phase == self.peak_phase else self.other_phase
 
     @property
     def device_bytes(self) -> int:
@@ -229,10 +237,10 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
     ]
     layer_total, loss_total = sum(t.bytes for t in layer_terms), sum(t.bytes for t in loss_terms)
     peak_phase = "layer backward" if layer_total >= loss_total else "loss"
-    terms += layer_terms if layer_total >= loss_total else loss_terms
+    peak, other = (layer_terms, loss_terms) if layer_total >= loss_total else (loss_terms, layer_terms)
     flops_head = 2 * b * S * D * V
-    return Budget(cfg.name, batch, seq, pol.name, mesh, tuple(terms), peak_phase, recompute_flops,
-                  step_flops + 3 * flops_head, hbm_bytes)
+    return Budget(cfg.name, batch, seq, pol.name, mesh, tuple(terms + peak), peak_phase, recompute_flops,
+                  step_flops + 3 * flops_head, hbm_bytes, tuple(other))
 
 
 # Under FSDP, XLA 0.10.2 keeps some of the scanned layers' gradient accumulators in a second,

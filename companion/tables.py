@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from . import targets
+from . import hlo, targets
 
 GiB = targets.GiB
 
@@ -60,4 +60,85 @@ def reports(named: Mapping[str, Any]) -> str:
             "d2h ops": r.offload.d2h_ops, "h2d ops": r.offload.h2d_ops,
             "GiB to host / step": gib(r.offload.d2h_bytes_per_step),
         })
+    return markdown(rows)
+
+
+def budget_terms(budget, space: str | None = None) -> str:
+    """A budget's terms: what, where, kind, GiB per device and formula."""
+    rows = [{"term": t.label, "where": t.space, "kind": t.kind, "GiB / device": gib(t.bytes), "formula": t.formula}
+            for t in budget.terms if t.bytes and (space is None or t.space == space)]
+    rows.append({"term": "**device total**", "where": "device", "kind": "", "GiB / device": f"**{gib(budget.device_bytes)}**",
+                 "formula": f"peak phase: {budget.peak_phase}"})
+    if budget.host_bytes:
+        rows.append({"term": "**host total**", "where": "host", "kind": "", "GiB / device": f"**{gib(budget.host_bytes)}**",
+                     "formula": ""})
+    return markdown(rows)
+
+
+def budget_vs_xla(pairs: Mapping[str, tuple]) -> str:
+    """``{label: (Budget, CompileReport)}``: analytic against compiled, device and host, per device."""
+    rows = []
+    for label, (b, r) in pairs.items():
+        static = sum(t.bytes for t in b.terms if t.kind == "static")
+        rows.append({
+            "": label, "budget device": gib(b.device_bytes), "XLA device": gib(r.device.peak_bytes),
+            "error": f"{(b.device_bytes - r.device.peak_bytes) / r.device.peak_bytes:+.1%}",
+            "budget args": gib(static), "XLA args": gib(r.device.argument_bytes),
+            "budget host": gib(b.host_bytes), "XLA host": gib(r.host.temp_bytes),
+        })
+    return markdown(rows)
+
+
+def live_at_peak(report, top: int = 10) -> str:
+    """The largest temp buffers alive at the compiled step's peak (needs ``compile(..., dump=True)``)."""
+    if report.dump is None:
+        raise ValueError("this report has no XLA dump: compile with dump=True")
+    module = report.module
+    instructions = {i.name: i for i in module.instructions()}
+    shapes = {name: i.shape for name, i in instructions.items()}
+
+    def op_of(name: str) -> str:
+        instr = instructions.get(name)
+        if instr is None:
+            return ""
+        if instr.op_name:
+            return instr.op_name
+        for callee in instr.called:  # a fusion without metadata: ask what it fuses
+            for inner in module.computations.get(callee, hlo.Computation(callee, [])).instructions[::-1]:
+                if inner.op_name:
+                    return inner.op_name
+        return ""
+
+    timeline = report.dump.temp_timeline()
+    step = timeline.index(max(timeline))
+    rows = []
+    for buffer, size, _ in report.dump.live_at(step)[:top]:
+        name, _, index = buffer.partition("{")
+        op_name = op_of(name)
+        shape = shapes.get(name)
+        for i in [int(x) for x in index.rstrip("}").split(",") if x]:
+            shape = shape.elements[i] if shape is not None else None
+        if op_name:
+            phase = "backward" if "transpose(" in op_name else "forward"
+            recomputed = " (recomputed)" if "rematted_computation" in op_name else ""
+            last = op_name.split("/")[-1]
+            what = "forward scan output (saved residuals)" if last == "while" else f"{phase}{recomputed}: {last}"
+        elif name.startswith(("param", "arg_tuple")):
+            what = "backward loop state (gradient accumulators)"
+        else:
+            what = "layout copy (transposed gradient accumulator)" if "transpose" in name else ""
+        rows.append({"MiB": f"{size / 2**20:,.0f}", "shape": f"`{shape}`", "made by": what})
+    return markdown(rows)
+
+
+def rules_of_thumb(rows_in: Mapping[str, tuple]) -> str:
+    """``{label: (Budget, [PeerEstimate, ...], CompileReport)}``: every estimate against XLA."""
+    rows = []
+    for label, (b, peers, r) in rows_in.items():
+        truth = r.device.peak_bytes
+        row = {"": label, "XLA": gib(truth), "budget": f"{gib(b.device_bytes)} ({(b.device_bytes - truth) / truth:+.0%})"}
+        for p in peers:
+            name = p.rule.split(" (")[0]
+            row[name + " + Korthikanti"] = f"{gib(p.device_bytes)} ({(p.device_bytes - truth) / truth:+.0%})"
+        rows.append(row)
     return markdown(rows)

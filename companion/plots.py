@@ -1,0 +1,64 @@
+"""Matplotlib figures for the notebooks (each returns the Figure; nothing is shown implicitly)."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+
+from .budget import Budget
+
+GiB = 2**30
+CATEGORY_ORDER = ("parameters", "optimizer", "gradients", "activations", "working", "logits", "batch")
+COLORS = {"parameters": "#4C72B0", "optimizer": "#8172B2", "gradients": "#C44E52", "activations": "#55A868",
+          "working": "#DD8452", "logits": "#937860", "batch": "#8C8C8C", "host": "#64B5CD"}
+
+
+def budget_bars(budgets: Mapping[str, Budget], *, hbm_bytes: int | None = None,
+                compiled: Mapping[str, float] | None = None, title: str = "", host: bool = True, ax=None):
+    """Stacked bars per device by category (+ host offload beside), an HBM line and XLA's numbers."""
+    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(max(6, 1.5 * len(budgets) + 3), 4.2))
+    labels = list(budgets)
+    for i, label in enumerate(labels):
+        bottom = 0.0
+        cats = budgets[label].by_category("device")
+        for cat in CATEGORY_ORDER:
+            value = cats.get(cat, 0) / GiB
+            if value:
+                ax.bar(i, value, bottom=bottom, color=COLORS[cat], width=0.6,
+                       label=cat if i == next(j for j, lb in enumerate(labels)
+                                              if budgets[lb].by_category("device").get(cat)) else None)
+                bottom += value
+        if host and budgets[label].host_bytes:
+            ax.bar(i + 0.35, budgets[label].host_bytes / GiB, color=COLORS["host"], width=0.15,
+                   label="host (offloaded)" if not any(budgets[lb].host_bytes for lb in labels[:i]) else None)
+        if compiled and label in compiled:
+            ax.plot([i - 0.3, i + 0.3], [compiled[label] / GiB] * 2, color="black", lw=2.5,
+                    label="XLA (compiled)" if label == next(lb for lb in labels if lb in compiled) else None)
+    if hbm_bytes:
+        ax.axhline(hbm_bytes / GiB, color="red", ls="--", lw=1.2, label=f"HBM {hbm_bytes / GiB:.0f} GiB")
+    ax.set_xticks(range(len(labels)), labels, rotation=15 if len(labels) > 3 else 0, ha="right" if len(labels) > 3 else "center")
+    ax.set_ylabel("GiB per device")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    return fig
+
+
+def lines(x: Sequence[float], series: Mapping[str, Sequence[float]], *, xlabel: str, ylabel: str,
+          hline: float | None = None, hline_label: str = "", title: str = "", logx: bool = False):
+    """A few labelled lines over one x axis."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for label, ys in series.items():
+        ax.plot(x, ys, marker="o", label=label)
+    if hline is not None:
+        ax.axhline(hline, color="red", ls="--", lw=1.2, label=hline_label)
+    if logx:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

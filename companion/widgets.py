@@ -1,0 +1,128 @@
+"""Notebook widgets over pure functions: each ``*_view`` function is what a widget shows, tested
+without a frontend; the widget only collects inputs, calls it, and draws.
+
+``budget_explorer()``: model, batch, sequence, policy, target, GPUs and mesh -> the per-device
+budget as a stacked bar against the target's HBM, fits / does not fit with the margin; a
+"check with XLA" button compiles the same step and overlays the compiler's number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from . import budget as budget_lib
+from . import models, policies, sharding, targets
+
+GiB = 2**30
+SEQUENCES = (512, 1024, 2048, 4096, 8192, 16384, 32768)
+MODELS = ("llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "deepseek-v3-671b", "tiny-llama", "tiny-deepseek")
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetView:
+    """What the explorer shows for one set of inputs: a budget, or a one-line message why not."""
+
+    budget: budget_lib.Budget | None
+    target: targets.Target | None
+    message: str
+
+    @property
+    def ok(self) -> bool:
+        return self.budget is not None
+
+
+def budget_view(model: str, batch: int, seq: int, policy: str, gpu: str, gpus: int, mesh: str,
+                attention: str = "dot_product") -> BudgetView:
+    """The explorer's content for these inputs (never raises on bad input: the message says why)."""
+    try:
+        if gpus is None or int(gpus) < 1:
+            raise ValueError(f"number of GPUs must be positive, got {gpus}")
+        cfg = models.config(model, attention=attention)
+        target = targets.target(gpu, int(gpus))
+        mesh_shape = sharding.parse_mesh(mesh or None, target.num_devices)
+        result = budget_lib.estimate(cfg, int(batch), int(seq), policies.resolve(policy), mesh_shape,
+                                     hbm_bytes=target.gpu.hbm_bytes)
+    except ValueError as err:
+        return BudgetView(None, None, f"Cannot budget this: {err}")
+    margin = result.margin_bytes / GiB
+    verdict = (f"fits: {margin:.1f} GiB of {target.gpu.hbm_bytes / GiB:.0f} GiB HBM to spare" if result.fits
+               else f"does NOT fit: over {target.gpu.hbm_bytes / GiB:.0f} GiB HBM by {-margin:.1f} GiB")
+    host = f"; {result.host_bytes / GiB:.1f} GiB offloaded to the host" if result.host_bytes else ""
+    return BudgetView(result, target, f"{target.name}, {result.device_bytes / GiB:.1f} GiB per device: {verdict}{host}")
+
+
+def budget_explorer(model: str = "llama3.1-8b", batch: int = 8, seq: int = 4096, policy: str = "full",
+                    gpu: str = "h100", gpus: int = 8, mesh: str = "fsdp=-1"):
+    """The interactive explorer of notebook 01 (needs ipywidgets and a notebook frontend)."""
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    from . import compiler, plots, train
+
+    style = {"description_width": "70px"}
+    controls = {
+        "model": w.Dropdown(options=MODELS, value=model, description="model", style=style),
+        "batch": w.BoundedIntText(value=batch, min=1, max=1 << 16, description="batch B", style=style),
+        "seq": w.Dropdown(options=SEQUENCES, value=seq, description="seq S", style=style),
+        "policy": w.Dropdown(options=tuple(policies.PRESETS), value=policy, description="policy", style=style),
+        "gpu": w.Dropdown(options=tuple(targets.GPUS), value=gpu, description="GPU", style=style),
+        "gpus": w.BoundedIntText(value=gpus, min=0, max=4096, description="GPUs", style=style),
+        "mesh": w.Text(value=mesh, description="mesh", continuous_update=False, style=style,
+                       placeholder="fsdp=-1 or fsdp=8,tensor=8"),
+        "attention": w.Dropdown(options=("dot_product", "chunked"), value="dot_product", description="attention",
+                                style=style),
+    }
+    compiled: dict[tuple, float] = {}
+    status = w.HTML()
+    button = w.Button(description="check with XLA", icon="check", tooltip="compile this step for the target")
+
+    def key(values):
+        return tuple(values[k] for k in controls)
+
+    def render(**values):
+        view = budget_view(**values)
+        status.value = f"<b>{view.message}</b>"
+        if not view.ok:
+            return
+        label = f"{values['policy']}"
+        xla = compiled.get(key(values))
+        fig = plots.budget_bars({label: view.budget}, hbm_bytes=view.target.gpu.hbm_bytes,
+                                compiled={label: xla} if xla else None,
+                                title=f"{values['model']}  B={values['batch']}  S={values['seq']}  on {view.target.name}")
+        display(fig)
+        plt.close(fig)
+
+    out = w.interactive_output(render, controls)
+
+    def redraw():
+        with out:
+            out.clear_output(wait=True)
+            render(**{k: c.value for k, c in controls.items()})
+
+    def check(_):
+        values = {k: c.value for k, c in controls.items()}
+        view = budget_view(**values)
+        if not view.ok:
+            status.value = f"<b>{view.message}</b>"
+            return
+        button.disabled, button.description = True, "compiling..."
+        try:
+            mesh_shape = {k: v for k, v in view.budget.mesh.items() if v > 1} or {"fsdp": 1}
+            placement = compiler.place(view.target, mesh_shape)
+            cfg = models.config(values["model"], attention=values["attention"])
+            report = train.compile_step(train.trainer(cfg, values["policy"]), placement, values["batch"], values["seq"])
+            compiled[key(values)] = report.device.peak_bytes
+            redraw()
+            error = (view.budget.device_bytes - report.device.peak_bytes) / report.device.peak_bytes
+            status.value += (f"<br>XLA: {report.device.peak_bytes / GiB:.2f} GiB per device "
+                             f"(budget {error:+.1%}), host {report.host.temp_bytes / GiB:.2f} GiB, compiled in "
+                             f"{report.compile_seconds:.1f} s")
+        except ValueError as err:
+            status.value += f"<br>XLA check failed: {err}"
+        finally:
+            button.disabled, button.description = False, "check with XLA"
+
+    button.on_click(check)
+    grid = w.GridBox(list(controls.values()), layout=w.Layout(grid_template_columns="repeat(4, 230px)"))
+    return w.VBox([grid, w.HBox([button]), status, out])

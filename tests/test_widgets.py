@@ -1,0 +1,38 @@
+"""The explorer's pure function, and the widget driven without a frontend."""
+
+import pytest
+
+from companion import widgets
+
+
+def test_budget_view_gives_a_budget_and_a_verdict():
+    view = widgets.budget_view("llama3.1-8b", 8, 4096, "full", "h100", 8, "fsdp=-1")
+    assert view.ok and view.budget.mesh["fsdp"] == 8 and view.target.num_devices == 8
+    assert "fits" in view.message and "GiB per device" in view.message
+    over = widgets.budget_view("llama3.1-405b", 64, 4096, "full", "h100", 64, "")
+    assert over.ok and "does NOT fit" in over.message and not over.budget.fits
+
+
+@pytest.mark.parametrize("args, message", [
+    (("llama3.1-8b", 8, 4096, "full", "h100", 0, ""), "GPUs must be positive"),
+    (("llama3.1-8b", 8, 4096, "full", "h100", 8, "fsdp=3"), "make the sizes multiply to 8"),
+    (("llama3.1-8b", 6, 4096, "full", "h100", 8, ""), "does not divide"),
+    (("llama3.1-8b", 8, 4096, "full", "h100", 12, ""), "not whole 8-GPU hosts"),
+    (("llama3.1-8b", 8, 4096, "full", "h100", 8, "fsdp=8,tensor=x"), "bad mesh size"),
+    (("llama3.1-405b", 64, 4096, "full", "h100", 64, "tensor=-1,fsdp=4"), "does not divide"),
+])
+def test_bad_inputs_become_a_message_not_an_exception(args, message):
+    view = widgets.budget_view(*args)
+    assert not view.ok and message in view.message and view.message.startswith("Cannot budget this")
+
+
+def test_explorer_widget_updates_and_checks_with_xla():
+    explorer = widgets.budget_explorer(model="tiny-llama", batch=16, seq=512, policy="full", gpu="h100", gpus=2)
+    grid, buttons, status, _ = explorer.children
+    controls = {c.description: c for c in grid.children}
+    assert "fits" in status.value
+    controls["GPUs"].value = 0  # a bad input: the widget says so
+    assert "Cannot budget this" in status.value
+    controls["GPUs"].value = 2
+    buttons.children[0].click()  # compiles tiny-llama for 2 x H100 and overlays XLA's number
+    assert "XLA:" in status.value and "budget" in status.value
