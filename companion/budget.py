@@ -154,6 +154,9 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
         num_devices = math.prod(mesh.values()) if isinstance(mesh, Mapping) else 1
     mesh = parse_mesh(mesh, num_devices)
     pol = policy_lib.resolve(policy)
+    if pol.save_all:
+        raise ValueError("the budget models remat policies; 'no_remat' keeps every intermediate of every layer "
+                         "(compile it to see what that costs)")
     W, A = cfg.weight_bytes, cfg.act_bytes
     mu_bytes = mu_dtype_bytes or W
     data, fsdp, tensor, expert = (mesh[a] for a in MESH_AXES)

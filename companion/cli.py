@@ -82,7 +82,7 @@ def _budget(args) -> int:
     if args.gpus is not None and target.num_devices != args.gpus:
         raise ValueError(f"--target {args.target} has {target.num_devices} GPUs but --gpus is {args.gpus}")
     mesh = sharding.parse_mesh(args.mesh, target.num_devices)
-    policy = policies.resolve(args.policy, emitted=models.abstract(cfg).checkpoint_names())
+    policy = policies.resolve(args.policy, emitted=models.checkpoint_names(cfg))
     result = budget.estimate(cfg, args.batch, args.seq, policy, mesh, hbm_bytes=target.gpu.hbm_bytes)
     if args.json:
         print(json.dumps({"target": target.name, "num_devices": target.num_devices, **result.to_dict()}, indent=1))

@@ -262,6 +262,7 @@ class CompileReport:
     host: HostMemory
     offload: hlo.OffloadSummary
     collectives: hlo.CollectiveSummary
+    flops: hlo.FlopSummary
     compile_seconds: float
     flags: dict[str, Any]
     hlo_text: str = dataclasses.field(repr=False)
@@ -310,6 +311,8 @@ class CompileReport:
             "host": dataclasses.asdict(self.host),
             "offload": self.offload.to_dict(),
             "collectives": self.collectives.to_dict(),
+            "flops": self.flops.total,
+            "flops_by_phase": dict(self.flops.by_phase),
             "compile_seconds": round(self.compile_seconds, 3),
             "flags": dict(self.flags),
         }
@@ -328,6 +331,8 @@ class CompileReport:
             f"  host    temp {h.temp_bytes / gib:8.3f} GiB, args {h.argument_bytes / gib:.3f}, out {h.output_bytes / gib:.3f}",
             f"  offload {o.d2h_ops} device->host and {o.h2d_ops} host->device ops ({o.async_pairs} async), "
             f"{o.d2h_bytes_per_step / gib:.3f} GiB out / {o.h2d_bytes_per_step / gib:.3f} GiB back per step",
+            f"  compute {self.flops.total / 1e12:.2f} TFLOP of matmuls per step"
+            + (f" ({self.flops.recompute / 1e12:.2f} recomputed)" if self.flops.recompute else ""),
             f"  HBM     {self.hbm_bytes / gib:.1f} GiB: " + (
                 f"fits with {self.hbm_margin_bytes / gib:.2f} GiB to spare" if self.fits
                 else f"does NOT fit, over by {-self.hbm_margin_bytes / gib:.2f} GiB"),
@@ -402,6 +407,7 @@ def _report(compiled, placement: Placement, seconds: float, options: dict, log: 
         host=host,
         offload=hlo.offload_summary(module),
         collectives=hlo.collective_summary(module),
+        flops=hlo.flop_summary(module),
         compile_seconds=seconds,
         flags={k: v for k, v in options.items() if k != "xla_dump_to"},
         hlo_text=text,

@@ -140,6 +140,7 @@ class Instruction:
     attrs: dict[str, str]
     computation: str
     is_root: bool = False
+    operand_text: str = ""  # as written between the parentheses (e.g. "1" for parameter(1))
 
     @property
     def called(self) -> list[str]:
@@ -318,7 +319,7 @@ def _parse_instruction(name: str, body: str, computation: str, is_root: bool) ->
         key, sep, value = item.partition("=")
         if sep:
             attrs[key.strip()] = value.strip()
-    return Instruction(name, opcode, shape, operands, attrs, computation, is_root)
+    return Instruction(name, opcode, shape, operands, attrs, computation, is_root, operand_text.strip())
 
 
 def _matching(text: str, open_index: int) -> int:
@@ -535,3 +536,176 @@ def collective_summary(module: HloModule) -> CollectiveSummary:
         counts[base] += 1
         moved[base] += shape.bytes * module.executions(instr)
     return CollectiveSummary(dict(counts), dict(moved))
+
+
+# ----------------------------------------------------------------------------- FLOPs and bytes
+
+_GEMM_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul", "__cublas$lt$matmul$f8")
+_NOT_KERNELS = ("parameter", "get-tuple-element", "tuple", "bitcast", "constant", "while", "call",
+                "conditional", "after-all", "add-dependency", "opt-barrier", "partition-id", "replica-id")
+
+
+def _dims(attr: str) -> list[int]:
+    return [int(d) for d in attr.strip("{}").split(",") if d.strip()]
+
+
+def dot_flops(module: HloModule, instr: Instruction) -> float:
+    """FLOPs of one execution of a dot, convolution or cuBLAS gemm custom-call (2 per multiply-add)."""
+    operands = module.operand_shapes(instr)
+    out = flatten_shape(instr.shape)[0] if flatten_shape(instr.shape) else None
+    if out is None or not operands:
+        return 0.0
+    lhs = flatten_shape(operands[0])[0]
+    if instr.opcode == "dot":
+        contracting = math.prod(lhs.dims[d] for d in _dims(instr.attrs.get("lhs_contracting_dims", "{}")))
+        return 2.0 * out.elements * contracting
+    if instr.opcode == "custom-call" and instr.custom_call_target in _GEMM_TARGETS:
+        numbers = instr.backend_config.get("gemm_backend_config", {}).get("dot_dimension_numbers", {})
+        contracting = math.prod(lhs.dims[int(d)] for d in numbers.get("lhs_contracting_dimensions", []))
+        return 2.0 * out.elements * contracting
+    if instr.opcode == "convolution" and len(operands) > 1:
+        kernel = flatten_shape(operands[1])[0]
+        labels = instr.attrs.get("dim_labels", "")
+        kernel_labels = labels.split("_")[1].split("->")[0] if "_" in labels else ""
+        out_feature = kernel.dims[kernel_labels.index("o")] if "o" in kernel_labels else 1
+        # each output element sums over the kernel's window and (per-group) input features
+        return 2.0 * out.elements * kernel.elements / out_feature
+    return 0.0
+
+
+def phase_of(op_name: str) -> str:
+    """forward | backward | recompute | other, from JAX's op_name metadata."""
+    if "rematted_computation" in op_name:
+        return "recompute"
+    if "transpose(jvp" in op_name:
+        return "backward"
+    if "jvp(" in op_name:
+        return "forward"
+    return "other"
+
+
+@dataclasses.dataclass(frozen=True)
+class FlopSummary:
+    """Matmul FLOPs per step (dots, convolutions, gemm custom-calls), loops by trip count."""
+
+    total: float
+    by_phase: dict[str, float]  # forward | backward | recompute | other
+
+    @property
+    def recompute(self) -> float:
+        return self.by_phase.get("recompute", 0.0)
+
+    def to_dict(self) -> dict:
+        return {"total": self.total, "by_phase": dict(self.by_phase)}
+
+
+def flop_summary(module: HloModule) -> FlopSummary:
+    by_phase: Counter = Counter()
+    for instr in module.instructions():
+        if instr.opcode in ("dot", "convolution", "custom-call"):
+            flops = dot_flops(module, instr)
+            if flops:
+                by_phase[phase_of(instr.op_name)] += flops * module.executions(instr)
+    return FlopSummary(float(sum(by_phase.values())), {k: float(v) for k, v in by_phase.items()})
+
+
+@dataclasses.dataclass(frozen=True)
+class OpCost:
+    """One kernel (or transfer, or collective) of the schedule and what it does per execution."""
+
+    name: str
+    kind: str  # compute | collective | host-transfer
+    flops: float
+    bytes: int  # HBM bytes read and written (operands + result)
+    dtype: str  # the widest matmul input dtype (for the FLOP rate), or "" without matmuls
+    executions: int
+    computation: str
+    phase: str
+
+    @property
+    def flops_per_step(self) -> float:
+        return self.flops * self.executions
+
+    @property
+    def bytes_per_step(self) -> int:
+        return self.bytes * self.executions
+
+
+def _inner_matmuls(module: HloModule, instr: Instruction, seen=None) -> tuple[float, str]:
+    """FLOPs of the matmuls an op runs (itself, or inside the computations it fuses)."""
+    flops, dtype = dot_flops(module, instr), ""
+    if flops:
+        operands = module.operand_shapes(instr)
+        dtype = flatten_shape(operands[0])[0].dtype if operands else ""
+    if instr.opcode in ("while", "call", "conditional"):
+        return flops, dtype
+    for callee in instr.called:
+        comp = module.computations.get(callee)
+        if comp is None:
+            continue
+        for inner in comp.instructions:
+            f, d = _inner_matmuls(module, inner)
+            flops += f
+            dtype = dtype or d
+    return flops, dtype
+
+
+def op_costs(module: HloModule) -> list[OpCost]:
+    """Every scheduled op with its matmul FLOPs and HBM bytes per execution (roofline inputs)."""
+    costs = []
+    host_transfers = {t.name for t in offload_summary(module).transfers}
+    for instr in module.scheduled():
+        if instr.opcode in _NOT_KERNELS or instr.opcode.endswith("-done"):
+            continue
+        base = instr.opcode.removesuffix("-start")
+        if instr.name in host_transfers:
+            kind = "host-transfer"
+        elif base in COLLECTIVE_OPCODES or (instr.opcode == "async-start" and
+                                            _wrapped_root_opcode(module, instr) in COLLECTIVE_OPCODES):
+            kind = "collective"
+        else:
+            kind = "compute"
+        flops, dtype = _inner_matmuls(module, instr)
+        moved = _hbm_bytes(module, instr)
+        costs.append(OpCost(instr.name, kind, flops, moved, dtype, module.executions(instr), instr.computation,
+                            phase_of(instr.op_name)))
+    return costs
+
+
+def _hbm_bytes(module: HloModule, instr: Instruction) -> int:
+    """HBM bytes an op reads and writes: its device operands and result, except that a buffer it
+    only slices (dynamic-slice) or updates in place (dynamic-update-slice) costs just the slice."""
+    operands = module.operand_shapes(instr)
+    sizes = [sum(a.bytes for a in flatten_shape(s) if not a.on_host) for s in operands]
+    result = 0 if instr.opcode.endswith("-start") else sum(a.bytes for a in flatten_shape(instr.shape) if not a.on_host)
+    comp = module.computations.get(instr.called[0]) if instr.opcode == "fusion" and instr.called else None
+    if comp is None:
+        return sum(sizes) + result
+    params = {i.name: int(i.operand_text) for i in comp.instructions
+              if i.opcode == "parameter" and i.operand_text.isdigit()}
+    users: dict[str, list[Instruction]] = defaultdict(list)
+    for i in comp.instructions:
+        for o in i.operands:
+            users[o].append(i)
+    def final_uses(value: str) -> list[tuple[str, Instruction]]:  # looking through bitcasts
+        out = []
+        for u in users.get(value, []):
+            out += final_uses(u.name) if u.opcode == "bitcast" else [(value, u)]
+        return out
+
+    for name, index in params.items():
+        pairs = final_uses(name)
+        uses = [u for _, u in pairs]
+        if uses and 0 <= index < len(sizes) and all(u.opcode in ("dynamic-slice", "dynamic-update-slice")
+                                                   and u.operands and u.operands[0] == v for v, u in pairs):
+            sliced = 0
+            for u in uses:
+                if u.opcode == "dynamic-slice":
+                    sliced += u.shape.bytes
+                else:  # in place: the buffer is the output too; only the update is written
+                    update = comp.by_name.get(u.operands[1])
+                    sliced += update.shape.bytes if update is not None else 0
+                    if u.is_root:
+                        result -= u.shape.bytes - (update.shape.bytes if update is not None else 0)
+            sizes[index] = sliced
+    return sum(sizes) + max(result, 0)

@@ -62,3 +62,24 @@ def lines(x: Sequence[float], series: Mapping[str, Sequence[float]], *, xlabel: 
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def pareto(points: Mapping[str, tuple[float, float]], predicted: Mapping[str, tuple[float, float]] | None = None, *,
+           xlabel: str, ylabel: str, title: str = "", hline: float | None = None, hline_label: str = ""):
+    """Labelled points (x, y), optionally with predictions drawn as hollow markers beside them."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    for label, (x, y) in points.items():
+        ax.scatter([x], [y], s=36, zorder=3)
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7.5)
+    if predicted:
+        xs, ys = zip(*predicted.values())
+        ax.scatter(xs, ys, s=60, facecolors="none", edgecolors="gray", zorder=2, label="budget prediction")
+        ax.legend(fontsize=8)
+    if hline is not None:
+        ax.axhline(hline, color="red", ls="--", lw=1.0, label=hline_label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig

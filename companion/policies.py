@@ -56,16 +56,22 @@ class Policy:
     device: tuple[str, ...] = ()
     offload: tuple[str, ...] = ()
     description: str = ""
+    save_all: bool = False  # no remat at all: autodiff keeps every residual it needs
 
     @property
     def offloads(self) -> bool:
         return bool(self.offload)
 
     def location(self, tensor: str) -> str:
+        if self.save_all:
+            return "device"
         return "device" if tensor in self.device else "offload" if tensor in self.offload else "remat"
 
     def jax_policy(self) -> Callable:
-        """The ``jax.checkpoint`` policy (``policy=`` of ``jax.checkpoint`` / ``nnx.remat``)."""
+        """The ``jax.checkpoint`` policy (``policy=`` of ``jax.checkpoint`` / ``nnx.remat``);
+        ``None`` for ``no_remat``: the layers are not wrapped in ``jax.checkpoint`` at all."""
+        if self.save_all:
+            return None
         if not self.device and not self.offload:
             return jax.checkpoint_policies.nothing_saveable
         if not self.offload:
@@ -118,6 +124,9 @@ PRESETS: dict[str, Policy] = {
 }
 PRESET_NAMES = (*PRESETS, "custom")
 
+# Not a MaxText preset: the baseline every remat policy is measured against.
+NO_REMAT = Policy("no_remat", description="no rematerialization: keep every intermediate", save_all=True)
+
 
 def custom(spec: Mapping[str, str], name: str = "custom", known: Iterable[str] = TENSOR_NAMES) -> Policy:
     """A policy from ``{tensor: "remat" | "device" | "offload"}`` (MaxText's ``custom``)."""
@@ -166,6 +175,8 @@ def resolve(policy: str | Policy | Mapping[str, str], emitted: Iterable[str] | N
         resolved = load_custom(policy)
     elif isinstance(policy, str) and policy in PRESETS:
         resolved = PRESETS[policy]
+    elif policy == NO_REMAT.name:
+        resolved = NO_REMAT
     else:
         close = difflib.get_close_matches(str(policy), PRESET_NAMES, n=2, cutoff=0.6)
         hint = f" (did you mean {' or '.join(close)}?)" if close else ""
@@ -179,6 +190,8 @@ def resolve(policy: str | Policy | Mapping[str, str], emitted: Iterable[str] | N
 def check(policy: Policy, emitted: Iterable[str]) -> None:
     emitted = set(emitted)
     named = set(policy.device) | set(policy.offload)
+    if policy.save_all:
+        return
     if policy.name not in PRESETS:  # custom: every named tensor must exist
         missing = sorted(named - emitted)
         if missing:

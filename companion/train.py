@@ -20,6 +20,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from . import compiler, models, policies
+from .models import layers as layers_lib
 from .models.configs import ModelConfig
 from .sharding import AxisRules
 
@@ -171,6 +172,58 @@ def abstract_state(t: Trainer, placement: compiler.Placement, batch: int, seq: i
     token_spec = rules.spec(("activation_batch", "activation_length"), mesh_shape, (batch, seq), what="batch")
     tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32, sharding=NamedSharding(mesh, token_spec))
     return AbstractState(abstract_params, abstract_rest, opt_state, {"inputs": tokens, "targets": tokens})
+
+
+def time_call(fn: Callable, *args, repeats: int = 5, warmup: int = 1) -> float:
+    """Median wall-clock seconds of ``fn(*args)`` after ``warmup`` calls (compile included there),
+    waiting for the result each time (``jax.block_until_ready``)."""
+    import statistics
+    import time
+
+    for _ in range(warmup):
+        jax.block_until_ready(fn(*args))
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
+
+
+def layer_stack_loss(cfg: ModelConfig, policy, rules: AxisRules = AxisRules()):
+    """``(loss(layer_params, x), abstract model)`` for the scanned decoder stack alone: no embedding,
+    no head. The loss is the mean square of the stack's output, enough to run its backward pass."""
+    model = models.abstract(cfg, rules)
+    stacks = [s for s in ("layers", "dense_layers", "moe_layers") if getattr(model, s, None) is not None]
+    graphdefs = {s: nnx.split(getattr(model, s))[0] for s in stacks}
+    jax_policy = policies.resolve(policy, emitted=model.checkpoint_names()).jax_policy()
+
+    def loss(stack_params: dict, x: jax.Array) -> jax.Array:
+        positions = jnp.broadcast_to(jnp.arange(x.shape[1]), x.shape[:2])
+        for s in stacks:
+            layers = nnx.merge(graphdefs[s], stack_params[s])
+            x = layers_lib.scan_layers(layers, x, positions, jax_policy)
+        return jnp.mean(jnp.square(x.astype(jnp.float32)))
+
+    return loss, model, stacks
+
+
+def compile_layer_stack(cfg: ModelConfig | str, policy, placement: compiler.Placement, batch: int, seq: int, *,
+                        flags=None, rules: AxisRules = AxisRules()) -> compiler.CompileReport:
+    """Compile forward + backward of the decoder layers alone (gradients of weights and input)."""
+    cfg = models.config(cfg)
+    loss, model, stacks = layer_stack_loss(cfg, policy, rules)
+    mesh_shape = dict(placement.mesh.shape)
+    params = {}
+    for s in stacks:
+        state = nnx.state(getattr(model, s))
+        specs = _spec_tree(state, mesh_shape, rules, "parameter")
+        params[s] = jax.tree.map(lambda spec, v: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=placement.sharding(spec)),
+                                 specs, jax.tree.map(lambda v: v, state))
+    x_spec = rules.spec(("activation_batch", "activation_length", "activation_embed"), mesh_shape,
+                        (batch, seq, cfg.d_model), what="layer input")
+    x = placement.abstract((batch, seq, cfg.d_model), cfg.dtype, x_spec)
+    return compiler.compile(jax.grad(loss, argnums=(0, 1)), params, x, placement=placement, flags=flags)
 
 
 def compile_step(t: Trainer, placement: compiler.Placement, batch: int, seq: int, *,

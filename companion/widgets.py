@@ -126,3 +126,132 @@ def budget_explorer(model: str = "llama3.1-8b", batch: int = 8, seq: int = 4096,
     button.on_click(check)
     grid = w.GridBox(list(controls.values()), layout=w.Layout(grid_template_columns="repeat(4, 230px)"))
     return w.VBox([grid, w.HBox([button]), status, out])
+
+
+# ----------------------------------------------------------------------------- per-tensor policies
+
+LAYER_NAMES = ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "context", "out_proj",
+               "mlpwi_0", "mlpwi_1", "mlpwo")
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyView:
+    """A per-tensor policy's budget and a matmul-only time estimate (naive offload: not overlapped)."""
+
+    budget: budget_lib.Budget | None
+    target: targets.Target | None
+    link: targets.HostLink | None
+    message: str
+
+    @property
+    def ok(self) -> bool:
+        return self.budget is not None
+
+    @property
+    def compute_seconds(self) -> float:
+        b = self.budget
+        return (b.step_flops + b.recompute_flops) / self.target.gpu.bf16_dense_flops
+
+    @property
+    def recompute_seconds(self) -> float:
+        return self.budget.recompute_flops / self.target.gpu.bf16_dense_flops
+
+    @property
+    def transfer_seconds(self) -> float:
+        """Every offloaded residual written once (forward) and read once (backward)."""
+        return 2 * self.link.transfer_seconds(self.budget.host_bytes)
+
+    @property
+    def naive_step_seconds(self) -> float:
+        return self.compute_seconds + self.transfer_seconds
+
+
+def policy_view(spec: dict, model: str = "llama3.1-8b", batch: int = 8, seq: int = 4096, gpu: str = "h100",
+                gpus: int = 8, mesh: str = "", link: str | None = None) -> PolicyView:
+    """Budget and time of a ``custom`` policy ``{name: remat|device|offload}`` (never raises)."""
+    try:
+        cfg = models.config(model)
+        target = targets.target(gpu, int(gpus))
+        host = targets.host_link(link) if link else target.link
+        emitted = models.checkpoint_names(cfg)
+        spec = {k: v for k, v in spec.items() if k in emitted}
+        policy = policies.resolve(spec, emitted=emitted)
+        result = budget_lib.estimate(cfg, int(batch), int(seq), policy, sharding.parse_mesh(mesh or None, target.num_devices),
+                                     hbm_bytes=target.gpu.hbm_bytes)
+    except ValueError as err:
+        return PolicyView(None, None, None, f"Cannot budget this: {err}")
+    view = PolicyView(result, target, host, "")
+    fit = "fits" if result.fits else "does NOT fit"
+    message = (f"device {result.device_bytes / GiB:.1f} GiB ({fit} in {target.gpu.hbm_bytes / GiB:.0f}), host "
+               f"{result.host_bytes / GiB:.1f} GiB; recompute {result.recompute_flops / 1e12:.1f} TFLOP "
+               f"({view.recompute_seconds * 1e3:.1f} ms at peak); transfers {view.transfer_seconds * 1e3:.1f} ms over "
+               f"{host.name}; naive step >= {view.naive_step_seconds * 1e3:.1f} ms (matmuls at peak + transfers)")
+    return dataclasses.replace(view, message=message)
+
+
+def policy_explorer(offload: bool = True, model: str = "llama3.1-8b", batch: int = 8, seq: int = 4096,
+                    gpu: str = "h100", gpus: int = 8):
+    """Per-tensor toggles (remat / device / offload) for one layer's named tensors -> budget and time;
+    "check with XLA" compiles the layer stack with that custom policy."""
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    from . import compiler, plots, train
+
+    choices = ("remat", "device", "offload") if offload else ("remat", "device")
+    toggles = {n: w.ToggleButtons(options=("device", "offload") if n == "decoder_layer_input" and offload
+                                  else ("device",) if n == "decoder_layer_input" else choices,
+                                  value="device", description=n, style={"description_width": "140px",
+                                                                       "button_width": "70px"})
+               for n in LAYER_NAMES}
+    style = {"description_width": "60px"}
+    setup = {
+        "model": w.Dropdown(options=("llama3.1-8b", "llama3.1-70b", "llama3.1-405b"), value=model, description="model", style=style),
+        "batch": w.BoundedIntText(value=batch, min=1, max=1 << 16, description="batch", style=style),
+        "seq": w.Dropdown(options=SEQUENCES, value=seq, description="seq", style=style),
+        "gpu": w.Dropdown(options=tuple(targets.GPUS), value=gpu, description="GPU", style=style),
+        "gpus": w.BoundedIntText(value=gpus, min=0, max=4096, description="GPUs", style=style),
+        "link": w.Dropdown(options=tuple(targets.HOST_LINKS), value=targets.gpu(gpu).host_link.key,
+                           description="link", style=style),
+    }
+    status = w.HTML()
+    button = w.Button(description="check with XLA", icon="check")
+
+    def spec_of(values):
+        return {n: values[n] for n in LAYER_NAMES}
+
+    def render(**values):
+        view = policy_view(spec_of(values), **{k: values[k] for k in setup})
+        status.value = f"<b>{view.message}</b>"
+        if view.ok:
+            fig = plots.budget_bars({"custom": view.budget}, hbm_bytes=view.target.gpu.hbm_bytes,
+                                    title=f"{values['model']} B={values['batch']} S={values['seq']} on {view.target.name}")
+            display(fig)
+            plt.close(fig)
+
+    out = w.interactive_output(render, {**toggles, **setup})
+
+    def check(_):
+        values = {**{n: t.value for n, t in toggles.items()}, **{k: c.value for k, c in setup.items()}}
+        view = policy_view(spec_of(values), **{k: values[k] for k in setup})
+        if not view.ok:
+            return
+        button.disabled, button.description = True, "compiling..."
+        try:
+            cfg = models.config(values["model"], num_layers=4)
+            placement = compiler.place(view.target, {k: v for k, v in view.budget.mesh.items() if v > 1} or {"fsdp": 1})
+            spec = {k: v for k, v in spec_of(values).items()}
+            report = train.compile_layer_stack(cfg, spec, placement, values["batch"], values["seq"])
+            status.value += (f"<br>XLA, 4-layer stack: device {report.device.peak_bytes / GiB:.2f} GiB, host "
+                             f"{report.host.temp_bytes / GiB:.2f} GiB, {report.flops.recompute / 1e12:.2f} TFLOP "
+                             f"recomputed, {report.offload.d2h_ops + report.offload.h2d_ops} host transfers")
+        except ValueError as err:
+            status.value += f"<br>XLA check failed: {err}"
+        finally:
+            button.disabled, button.description = False, "check with XLA"
+
+    button.on_click(check)
+    left = w.VBox(list(toggles.values()))
+    right = w.VBox(list(setup.values()) + [button])
+    return w.VBox([w.HBox([left, right]), status, out])

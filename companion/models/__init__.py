@@ -19,6 +19,17 @@ def model_class(cfg: ModelConfig):
     return DeepSeek if cfg.mla is not None else Llama
 
 
+def checkpoint_names(cfg: ModelConfig | str) -> frozenset[str]:
+    """The checkpoint names a config's model emits (without building it)."""
+    from .deepseek import MLA_NAMES, MOE_NAMES
+    from .llama import CHECKPOINT_NAMES
+
+    cfg = config(cfg)
+    if cfg.mla is None:
+        return CHECKPOINT_NAMES
+    return CHECKPOINT_NAMES | MLA_NAMES | (MOE_NAMES if cfg.num_moe_layers else frozenset())
+
+
 def build(cfg: ModelConfig | str, seed: int = 0, rules: AxisRules = AxisRules()) -> nnx.Module:
     cfg = config(cfg)
     return model_class(cfg)(cfg, rngs=nnx.Rngs(seed), rules=rules)
@@ -30,5 +41,5 @@ def abstract(cfg: ModelConfig | str, rules: AxisRules = AxisRules()) -> nnx.Modu
     return nnx.eval_shape(lambda: model_class(cfg)(cfg, rngs=nnx.Rngs(0), rules=rules))
 
 
-__all__ = ["CONFIGS", "DeepSeek", "Llama", "Mla", "ModelConfig", "Moe", "Rope", "abstract", "build", "config",
+__all__ = ["CONFIGS", "checkpoint_names", "DeepSeek", "Llama", "Mla", "ModelConfig", "Moe", "Rope", "abstract", "build", "config",
            "model_class"]
