@@ -327,3 +327,31 @@ def _layer_backward_terms(cfg, pol, graphs, b, S, D, A, mesh, specs, shards, los
         if sum(t.bytes for t in terms) > sum(t.bytes for t in best):
             best = terms
     return best
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorTradeoff:
+    """One named tensor of a layer: what keeping it costs against what recomputing it costs."""
+
+    name: str
+    bytes_per_layer: int  # per device
+    recompute_flops_per_layer: float  # the op that produces it, per device
+    layers: int
+
+
+def tensor_tradeoffs(model: ModelConfig | str, batch: int, seq: int, mesh: Mapping[str, int] | str | None = None,
+                     num_devices: int | None = None) -> list[TensorTradeoff]:
+    """Per named tensor of the (largest) layer: bytes to save or offload it, FLOPs to recompute it."""
+    cfg = configs.config(model)
+    if num_devices is None:
+        num_devices = math.prod(mesh.values()) if isinstance(mesh, Mapping) else 1
+    mesh = parse_mesh(mesh, num_devices)
+    data, fsdp, tensor, expert = (mesh[a] for a in MESH_AXES)
+    b = batch // (data * fsdp * expert)
+    base = dict(b=b, S=seq, D=cfg.d_model, H=cfg.num_heads // tensor, Hkv=max(cfg.num_kv_heads // tensor, 1),
+                dh=cfg.head_dim, F=cfg.mlp_dim // tensor, act=cfg.act_bytes)
+    routed = cfg.moe is not None and cfg.num_moe_layers > 0
+    extra = moe_sizes(cfg, batch // (data * fsdp), expert, tensor, seq) if routed else {}
+    graph = layer_graph(cfg, LayerSizes(**base, **extra), routed=routed)
+    count = cfg.num_moe_layers if routed else cfg.num_layers
+    return [TensorTradeoff(n.name, n.bytes, n.flops, count) for n in graph.nodes if n.name and n.key != "x"]

@@ -702,9 +702,8 @@ def _hbm_bytes(module: HloModule, instr: Instruction) -> int:
             for u in uses:
                 if u.opcode == "dynamic-slice":
                     sliced += u.shape.bytes
-                else:  # in place: the buffer is the output too; only the update is written
+                else:  # in place: the buffer is not read and, as the output, only the update is written
                     update = comp.by_name.get(u.operands[1])
-                    sliced += update.shape.bytes if update is not None else 0
                     if u.is_root:
                         result -= u.shape.bytes - (update.shape.bytes if update is not None else 0)
             sizes[index] = sliced

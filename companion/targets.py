@@ -319,3 +319,28 @@ def target(gpu_key: str | Gpu = "h100", topology_spec: str | int | Topology | No
     g = gpu(gpu_key)
     topo = topology(topology_spec if topology_spec is not None else DEFAULT_TOPOLOGY[g.key], g.gpus_per_host)
     return Target(g, topo, host_link(link) if link is not None else g.host_link)
+
+
+# ----------------------------------------------------------------------------- pinned host memory
+
+HOST_POOL_ENV = "XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB"
+
+
+def pinned_host_pool_bytes(environ=None) -> int:
+    """Size of the pinned host memory pool one JAX process uses per GPU for S(5) buffers.
+
+    XLA's PJRT GPU client reads ``XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB`` (default 64 GB; 16 GB when
+    ``XLA_PJRT_GPU_HOST_MEMORY_PREALLOCATE=true``). Offloaded activations beyond it fail at run
+    time with "Out of host memory", whatever the machine's RAM.
+    """
+    import os
+
+    env = os.environ if environ is None else environ
+    value = env.get(HOST_POOL_ENV)
+    if value:
+        try:
+            return int(float(value) * GB)
+        except ValueError:
+            raise ValueError(f"bad {HOST_POOL_ENV}={value!r}: a number of GB") from None
+    preallocate = env.get("XLA_PJRT_GPU_HOST_MEMORY_PREALLOCATE", "false").lower() in ("1", "true")
+    return (16 if preallocate else 64) * GB

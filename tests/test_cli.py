@@ -49,6 +49,9 @@ def test_compile_prints_one_json_object_per_device(tmp_path):
     assert report["host"]["temp_bytes"] > 0 and report["offload"]["d2h_ops"] >= 1 and report["offload"]["h2d_ops"] >= 1
     assert report["compile_seconds"] > 0
     assert report["flags"] == {"xla_gpu_enable_latency_hiding_scheduler": True}
+    # matmul FLOPs per device per step, and the bytes the offload moves each way
+    assert report["flops"] > 0 and report["flops_by_phase"]["backward"] > report["flops_by_phase"]["forward"]
+    assert report["offload"]["d2h_bytes_per_step"] == report["offload"]["h2d_bytes_per_step"] > 0
 
 
 def test_compile_errors_are_one_line():

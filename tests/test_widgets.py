@@ -36,3 +36,30 @@ def test_explorer_widget_updates_and_checks_with_xla():
     controls["GPUs"].value = 2
     buttons.children[0].click()  # compiles tiny-llama for 2 x H100 and overlays XLA's number
     assert "XLA:" in status.value and "budget" in status.value
+
+
+def test_policy_view_prices_offload_over_the_link():
+    spec = {"decoder_layer_input": "device", "query_proj": "offload", "mlpwi_0": "offload", "mlpwi_1": "offload"}
+    pcie = widgets.policy_view(spec)
+    c2c = widgets.policy_view(spec, link="nvlink_c2c")
+    assert pcie.ok and pcie.budget.host_bytes > 0 and "PCIe" in pcie.message
+    assert pcie.transfer_seconds == pytest.approx(2 * pcie.budget.host_bytes / 64e9)
+    assert c2c.naive_step_seconds < pcie.naive_step_seconds
+    saved = widgets.policy_view({k: "device" for k in spec})
+    assert saved.budget.host_bytes == 0 and saved.transfer_seconds == 0
+
+
+def test_policy_view_bad_inputs():
+    assert "cannot be 'remat'" in widgets.policy_view({"decoder_layer_input": "remat"}).message
+    assert "Cannot budget this" in widgets.policy_view({}, gpus=0).message
+    assert "Cannot budget this" in widgets.policy_view({"query_proj": "host"}).message
+
+
+def test_policy_explorer_drives_without_a_frontend():
+    explorer = widgets.policy_explorer(offload=True)
+    (toggles, side), status, _ = explorer.children[0].children, explorer.children[1], explorer.children[2]
+    by_name = {t.description: t for t in toggles.children}
+    by_name["query_proj"].value = "offload"
+    assert "host" in status.value and "NVLink" not in status.value
+    by_name["decoder_layer_input"].value = "offload"
+    assert "Cannot" not in status.value

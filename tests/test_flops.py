@@ -1,0 +1,142 @@
+"""FLOPs and bytes counted over compiled HLO, and the roofline times built on them."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from companion import budget, compiler, hlo, models, roofline, targets, train
+
+H100 = targets.target("h100", "1")
+
+
+@pytest.fixture(scope="module")
+def one_gpu():
+    return compiler.place(H100, backend_kind="cuda")
+
+
+def test_a_single_matmul_counts_2mnk(one_gpu):
+    M, K, N = 512, 1024, 768
+    a, b = one_gpu.abstract((M, K), jnp.bfloat16), one_gpu.abstract((K, N), jnp.bfloat16)
+    r = compiler.compile(lambda a, b: a @ b, a, b, placement=one_gpu)
+    assert r.flops.total == 2 * M * N * K
+
+
+def test_batch_dims_and_a_scan_of_L_layers_count_L_times(one_gpu):
+    L, B, M, K = 6, 4, 256, 512
+    x = one_gpu.abstract((B, M, K), jnp.bfloat16)
+    w = one_gpu.abstract((L, K, K), jnp.bfloat16)
+
+    def stack(x, w):
+        return jax.lax.scan(lambda h, wi: (jnp.einsum("bmk,kn->bmn", h, wi), None), x, w)[0]
+
+    r = compiler.compile(stack, x, w, placement=one_gpu)
+    assert r.flops.total == L * 2 * B * M * K * K
+    assert r.flops.by_phase == {"other": r.flops.total}  # no autodiff: neither forward nor backward
+
+
+GEMM_MODULE = """HloModule m
+
+ENTRY %e (a: bf16[64,128], b: bf16[128,32]) -> bf16[64,32] {
+  %a = bf16[64,128]{1,0} parameter(0)
+  %b = bf16[128,32]{1,0} parameter(1)
+  %g = (bf16[64,32]{1,0}, s8[1024]{0}) custom-call(%a, %b), custom_call_target="__cublas$gemm", backend_config={"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["0"],"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]}}}
+  %k = bf16[4,8,30,30]{3,2,1,0} parameter(2)
+  %w = bf16[16,8,3,3]{3,2,1,0} parameter(3)
+  %c = bf16[4,16,28,28]{3,2,1,0} convolution(%k, %w), window={size=3x3}, dim_labels=bf01_oi01->bf01
+  ROOT %r = bf16[64,32]{1,0} get-tuple-element(%g), index=0
+}
+"""
+
+
+def test_cublas_gemm_and_convolution_flops():
+    module = hlo.parse_module(GEMM_MODULE)
+    by_name = module.computations["e"].by_name
+    assert hlo.dot_flops(module, by_name["g"]) == 2 * 64 * 32 * 128
+    # each of 4x16x28x28 outputs sums 8 input features x 3x3 window
+    assert hlo.dot_flops(module, by_name["c"]) == 2 * (4 * 16 * 28 * 28) * (8 * 3 * 3)
+
+
+@functools.cache
+def stack_report(policy: str):
+    placement = compiler.place(targets.target("h100"))
+    return train.compile_layer_stack(models.config("llama3.1-8b", num_layers=4), policy, placement, 8, 4096)
+
+
+def test_full_remat_costs_about_one_extra_forward_pass():
+    ratio = stack_report("full").flops.total / stack_report("no_remat").flops.total
+    assert 1.25 <= ratio <= 1.40
+    assert stack_report("no_remat").flops.recompute == 0
+
+
+def test_offloading_adds_no_recompute_for_what_it_offloads():
+    assert stack_report("minimal_offloaded").flops.recompute == stack_report("minimal").flops.recompute
+    assert stack_report("minimal_offloaded").flops.recompute < stack_report("full").flops.recompute
+
+
+def test_counted_flops_match_the_budget_model():
+    for policy in ("full", "minimal"):
+        e = budget.estimate(models.config("llama3.1-8b", num_layers=4), 8, 4096, policy, {"fsdp": 8})
+        assert stack_report(policy).flops.recompute == pytest.approx(e.recompute_flops, rel=1e-9)
+
+
+def test_in_place_updates_cost_only_the_slice():
+    r = stack_report("no_remat")
+    module = r.module
+    costs = {c.name: c for c in hlo.op_costs(module)}
+    dus = [c for name, c in costs.items() if name.startswith("loop_dynamic_update_slice_fusion")]
+    assert dus
+    for c in dus:
+        instr = next(i for i in module.scheduled() if i.name == c.name)
+        buffer = hlo.flatten_shape(instr.shape)[0]
+        others = sum(s.bytes for s in module.operand_shapes(instr) if s != buffer)
+        # the stacked [L, ...] buffer is neither read nor rewritten whole: one layer's slice is written
+        assert c.bytes <= others + buffer.bytes // buffer.dims[0], c
+
+
+def test_roofline_times():
+    g = targets.gpu("h100")
+    matmul = hlo.OpCost("dot", "compute", 2e12, 10**6, "bf16", 1, "main", "forward")
+    assert roofline.op_seconds(matmul, g) == pytest.approx(2e12 / g.bf16_dense_flops)
+    copy = hlo.OpCost("copy", "compute", 0.0, 3.35e9, "", 1, "main", "forward")
+    assert roofline.op_seconds(copy, g) == pytest.approx(1e-3)
+    assert roofline.matmul_rate(g, "f32") == g.bf16_dense_flops / 2
+    assert roofline.matmul_rate(g, "f8e4m3fn") == g.fp8_dense_flops
+    assert roofline.transfer_seconds(64e9, targets.host_link("pcie5_x16")) == pytest.approx(1.0)
+
+
+def test_break_even_of_a_projection_is_two_peak_over_its_input_width():
+    g = targets.gpu("h100")
+    for D in (4096, 16384):
+        bytes_, flops = 2 * 4096 * 1024, 2 * 4096 * D * 1024  # [S, 1024] output of a [S, D] x [D, 1024] matmul
+        assert roofline.break_even_bandwidth(bytes_, flops, g) == pytest.approx(2 * g.bf16_dense_flops / D)
+    (bw, offload, remat), = roofline.offload_vs_remat(1e9, 1e12, g, [100e9])
+    assert offload == pytest.approx(0.02) and remat == pytest.approx(1e12 / g.bf16_dense_flops)
+
+
+def test_naive_step_adds_transfers_to_compute():
+    r = stack_report("minimal_offloaded")
+    pcie = roofline.step_time(r, targets.target("h100"))
+    c2c = roofline.step_time(r, targets.target("h100"), targets.host_link("nvlink_c2c"))
+    assert pcie.d2h_bytes == r.offload.d2h_bytes_per_step > 0
+    assert pcie.transfer_seconds == pytest.approx(2 * r.offload.d2h_bytes_per_step / 64e9)
+    assert pcie.naive_seconds == pytest.approx(pcie.compute_seconds + pcie.transfer_seconds)
+    assert c2c.naive_seconds < pcie.naive_seconds and c2c.compute_seconds == pcie.compute_seconds
+    assert pcie.overlapped_seconds == max(pcie.compute_seconds, pcie.d2h_seconds, pcie.h2d_seconds)
+    bodies = roofline.loop_body_seconds(r, targets.target("h100"))
+    assert sorted(trips for trips, _ in bodies.values()) == [4, 4]
+
+
+def test_time_call_measures_a_real_call():
+    f = jax.jit(lambda x: (x @ x).sum())
+    seconds = train.time_call(f, jnp.ones((64, 64)), repeats=3)
+    assert 0 < seconds < 5
+
+
+def test_pinned_host_pool_from_the_environment():
+    assert targets.pinned_host_pool_bytes({}) == 64 * 10**9
+    assert targets.pinned_host_pool_bytes({"XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB": "256"}) == 256 * 10**9
+    assert targets.pinned_host_pool_bytes({"XLA_PJRT_GPU_HOST_MEMORY_PREALLOCATE": "true"}) == 16 * 10**9
+    with pytest.raises(ValueError, match="a number of GB"):
+        targets.pinned_host_pool_bytes({"XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB": "lots"})
