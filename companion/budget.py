@@ -35,7 +35,7 @@ from . import policies as policy_lib
 from .models import configs
 from .models.configs import ModelConfig
 from .models.graph import LayerSizes, layer_graph, moe_sizes, parameter_specs, saved_by
-from .sharding import MESH_AXES, AxisRules, parse_mesh
+from .sharding import MESH_AXES, AxisRules, mesh_of
 
 GiB = 2**30
 SPACES = ("device", "host")
@@ -150,9 +150,7 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
     cfg = configs.config(model)
     if batch < 1 or seq < 1:
         raise ValueError(f"batch and seq must be positive, got batch={batch}, seq={seq}")
-    if num_devices is None:
-        num_devices = math.prod(mesh.values()) if isinstance(mesh, Mapping) else 1
-    mesh = parse_mesh(mesh, num_devices)
+    mesh = mesh_of(mesh, num_devices)
     pol = policy_lib.resolve(policy)
     if pol.save_all:
         raise ValueError("the budget models remat policies; 'no_remat' keeps every intermediate of every layer "
@@ -185,14 +183,9 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
     ]
 
     # --- per-layer graphs: residuals, recompute
-    heads = cfg.num_heads // tensor
-    kv_heads = max(cfg.num_kv_heads // tensor, 1)
-    dh = cfg.head_dim
-    base = dict(b=b, S=S, D=D, H=heads, Hkv=kv_heads, dh=dh, F=cfg.mlp_dim // tensor, act=A)
     stacks = [("layer", cfg.num_dense_layers, False)]
     if cfg.moe is not None:
         stacks.append(("MoE layer", cfg.num_moe_layers, True))
-        moe = moe_sizes(cfg, batch // (data * fsdp), expert, tensor, S)
     residual_dev = residual_host = 0
     recompute_flops = step_flops = 0.0
     dev_names, host_names = [], []
@@ -200,7 +193,7 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
     for label, count, routed in stacks:
         if not count:
             continue
-        z = LayerSizes(**base, **(moe if routed else {}))
+        z = layer_sizes(cfg, batch, seq, mesh, routed=routed)
         g = layer_graph(cfg, z, routed=routed)
         residuals, recomputed = g.plan(set(pol.device) | set(pol.offload))
         graphs.append((label, count, routed, z, g, residuals, recomputed))
@@ -263,6 +256,15 @@ def _gradient_transposes(cfg, specs, shards) -> Term:
     size = sum(4 * shards.get(f"{stack}/{n}", 0) for n in names)
     return Term("gradient_transposes", "transposed gradient accumulators (FSDP)", size, "device", "persistent",
                 "L x 4 B x (" + " + ".join(n.split("/")[-1] for n in names) + ") / sharding", "gradients")
+
+
+def layer_sizes(cfg: ModelConfig, batch: int, seq: int, mesh: Mapping[str, int], *, routed: bool) -> LayerSizes:
+    """Per-device sizes of one layer's tensors under ``mesh`` (a full mesh, as ``parse_mesh`` gives)."""
+    data, fsdp, tensor, expert = (mesh[a] for a in MESH_AXES)
+    extra = moe_sizes(cfg, batch // (data * fsdp), expert, tensor, seq) if routed else {}
+    return LayerSizes(b=batch // (data * fsdp * expert), S=seq, D=cfg.d_model, H=cfg.num_heads // tensor,
+                      Hkv=max(cfg.num_kv_heads // tensor, 1), dh=cfg.head_dim, F=cfg.mlp_dim // tensor,
+                      act=cfg.act_bytes, **extra)
 
 
 def _layer_backward_terms(cfg, pol, graphs, b, S, D, A, mesh, specs, shards, loss_grad) -> list[Term]:
@@ -343,15 +345,8 @@ def tensor_tradeoffs(model: ModelConfig | str, batch: int, seq: int, mesh: Mappi
                      num_devices: int | None = None) -> list[TensorTradeoff]:
     """Per named tensor of the (largest) layer: bytes to save or offload it, FLOPs to recompute it."""
     cfg = configs.config(model)
-    if num_devices is None:
-        num_devices = math.prod(mesh.values()) if isinstance(mesh, Mapping) else 1
-    mesh = parse_mesh(mesh, num_devices)
-    data, fsdp, tensor, expert = (mesh[a] for a in MESH_AXES)
-    b = batch // (data * fsdp * expert)
-    base = dict(b=b, S=seq, D=cfg.d_model, H=cfg.num_heads // tensor, Hkv=max(cfg.num_kv_heads // tensor, 1),
-                dh=cfg.head_dim, F=cfg.mlp_dim // tensor, act=cfg.act_bytes)
+    mesh = mesh_of(mesh, num_devices)
     routed = cfg.moe is not None and cfg.num_moe_layers > 0
-    extra = moe_sizes(cfg, batch // (data * fsdp), expert, tensor, seq) if routed else {}
-    graph = layer_graph(cfg, LayerSizes(**base, **extra), routed=routed)
+    graph = layer_graph(cfg, layer_sizes(cfg, batch, seq, mesh, routed=routed), routed=routed)
     count = cfg.num_moe_layers if routed else cfg.num_layers
     return [TensorTradeoff(n.name, n.bytes, n.flops, count) for n in graph.nodes if n.name and n.key != "x"]

@@ -17,12 +17,11 @@ what XLA keeps around; ``notebooks/01_hbm_budget`` puts them next to the compile
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Mapping
 
 from . import policies
 from .models import configs
-from .sharding import MESH_AXES, parse_mesh
+from .sharding import MESH_AXES, mesh_of
 
 RECOMPUTE = ("none", "selective", "full")
 
@@ -60,9 +59,7 @@ def estimates(model, batch: int, seq: int, policy="full", mesh: Mapping[str, int
               num_devices: int | None = None) -> list[PeerEstimate]:
     """Both parameter rules, each with the Korthikanti activations for the policy's row, per device."""
     cfg = configs.config(model)
-    if num_devices is None:
-        num_devices = math.prod(mesh.values()) if isinstance(mesh, Mapping) else 1
-    mesh = parse_mesh(mesh, num_devices)
+    mesh = mesh_of(mesh, num_devices)
     data, fsdp, tensor, expert = (mesh[a] for a in MESH_AXES)
     params_per_device = cfg.param_count() / (fsdp * tensor * expert)
     b = batch / (data * fsdp * expert)

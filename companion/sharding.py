@@ -156,5 +156,12 @@ def parse_mesh(text: str | Mapping[str, int] | None, num_devices: int) -> dict[s
     return {a: sizes.get(a, 1) for a in MESH_AXES}
 
 
+def mesh_of(mesh: str | Mapping[str, int] | None, num_devices: int | None = None) -> dict[str, int]:
+    """``parse_mesh`` where the device count defaults to the mapping's product (1 for text or None)."""
+    if num_devices is None:
+        num_devices = math.prod(mesh.values()) if isinstance(mesh, Mapping) else 1
+    return parse_mesh(mesh, num_devices)
+
+
 def _fmt(sizes: Mapping[str, int]) -> str:
     return ",".join(f"{k}={v}" for k, v in sizes.items())

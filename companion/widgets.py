@@ -100,32 +100,42 @@ def budget_explorer(model: str = "llama3.1-8b", batch: int = 8, seq: int = 4096,
             out.clear_output(wait=True)
             render(**{k: c.value for k, c in controls.items()})
 
-    def check(_):
+    def check():
         values = {k: c.value for k, c in controls.items()}
         view = budget_view(**values)
         if not view.ok:
             status.value = f"<b>{view.message}</b>"
             return
-        button.disabled, button.description = True, "compiling..."
+        mesh_shape = {k: v for k, v in view.budget.mesh.items() if v > 1} or {"fsdp": 1}
+        cfg = models.config(values["model"], attention=values["attention"])
+        report = train.compile_step(train.trainer(cfg, values["policy"]), compiler.place(view.target, mesh_shape),
+                                    values["batch"], values["seq"])
+        compiled[key(values)] = report.device.peak_bytes
+        redraw()
+        error = (view.budget.device_bytes - report.device.peak_bytes) / report.device.peak_bytes
+        status.value += (f"<br>XLA: {report.device.peak_bytes / GiB:.2f} GiB per device "
+                         f"(budget {error:+.1%}), host {report.host.temp_bytes / GiB:.2f} GiB, compiled in "
+                         f"{report.compile_seconds:.1f} s")
+
+    _on_click_compile(button, status, check)
+    grid = w.GridBox(list(controls.values()), layout=w.Layout(grid_template_columns="repeat(4, 230px)"))
+    return w.VBox([grid, w.HBox([button]), status, out])
+
+
+def _on_click_compile(button, status, run) -> None:
+    """Run ``run()`` (a compile) on click: button disabled meanwhile, errors appended to ``status``."""
+
+    def clicked(_):
+        button.disabled, label = True, button.description
+        button.description = "compiling..."
         try:
-            mesh_shape = {k: v for k, v in view.budget.mesh.items() if v > 1} or {"fsdp": 1}
-            placement = compiler.place(view.target, mesh_shape)
-            cfg = models.config(values["model"], attention=values["attention"])
-            report = train.compile_step(train.trainer(cfg, values["policy"]), placement, values["batch"], values["seq"])
-            compiled[key(values)] = report.device.peak_bytes
-            redraw()
-            error = (view.budget.device_bytes - report.device.peak_bytes) / report.device.peak_bytes
-            status.value += (f"<br>XLA: {report.device.peak_bytes / GiB:.2f} GiB per device "
-                             f"(budget {error:+.1%}), host {report.host.temp_bytes / GiB:.2f} GiB, compiled in "
-                             f"{report.compile_seconds:.1f} s")
+            run()
         except ValueError as err:
             status.value += f"<br>XLA check failed: {err}"
         finally:
-            button.disabled, button.description = False, "check with XLA"
+            button.disabled, button.description = False, label
 
-    button.on_click(check)
-    grid = w.GridBox(list(controls.values()), layout=w.Layout(grid_template_columns="repeat(4, 230px)"))
-    return w.VBox([grid, w.HBox([button]), status, out])
+    button.on_click(clicked)
 
 
 # ----------------------------------------------------------------------------- per-tensor policies
@@ -232,26 +242,19 @@ def policy_explorer(offload: bool = True, model: str = "llama3.1-8b", batch: int
 
     out = w.interactive_output(render, {**toggles, **setup})
 
-    def check(_):
+    def check():
         values = {**{n: t.value for n, t in toggles.items()}, **{k: c.value for k, c in setup.items()}}
         view = policy_view(spec_of(values), **{k: values[k] for k in setup})
         if not view.ok:
             return
-        button.disabled, button.description = True, "compiling..."
-        try:
-            cfg = models.config(values["model"], num_layers=4)
-            placement = compiler.place(view.target, {k: v for k, v in view.budget.mesh.items() if v > 1} or {"fsdp": 1})
-            spec = {k: v for k, v in spec_of(values).items()}
-            report = train.compile_layer_stack(cfg, spec, placement, values["batch"], values["seq"])
-            status.value += (f"<br>XLA, 4-layer stack: device {report.device.peak_bytes / GiB:.2f} GiB, host "
-                             f"{report.host.temp_bytes / GiB:.2f} GiB, {report.flops.recompute / 1e12:.2f} TFLOP "
-                             f"recomputed, {report.offload.d2h_ops + report.offload.h2d_ops} host transfers")
-        except ValueError as err:
-            status.value += f"<br>XLA check failed: {err}"
-        finally:
-            button.disabled, button.description = False, "check with XLA"
+        cfg = models.config(values["model"], num_layers=4)
+        placement = compiler.place(view.target, {k: v for k, v in view.budget.mesh.items() if v > 1} or {"fsdp": 1})
+        report = train.compile_layer_stack(cfg, spec_of(values), placement, values["batch"], values["seq"])
+        status.value += (f"<br>XLA, 4-layer stack: device {report.device.peak_bytes / GiB:.2f} GiB, host "
+                         f"{report.host.temp_bytes / GiB:.2f} GiB, {report.flops.recompute / 1e12:.2f} TFLOP "
+                         f"recomputed, {report.offload.d2h_ops + report.offload.h2d_ops} host transfers")
 
-    button.on_click(check)
+    _on_click_compile(button, status, check)
     left = w.VBox(list(toggles.values()))
     right = w.VBox(list(setup.values()) + [button])
     return w.VBox([w.HBox([left, right]), status, out])

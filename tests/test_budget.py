@@ -4,7 +4,7 @@ import pytest
 from flax import nnx
 
 from compiled import TINY, big, tiny_all
-from companion import budget, compiler, heuristics, models, policies, targets, train
+from companion import budget, heuristics, models, policies
 from companion.models import graph
 
 GiB = 2**30

@@ -57,7 +57,7 @@ def test_policy_view_bad_inputs():
 
 def test_policy_explorer_drives_without_a_frontend():
     explorer = widgets.policy_explorer(offload=True)
-    (toggles, side), status, _ = explorer.children[0].children, explorer.children[1], explorer.children[2]
+    (toggles, _side), status = explorer.children[0].children, explorer.children[1]
     by_name = {t.description: t for t in toggles.children}
     by_name["query_proj"].value = "offload"
     assert "host" in status.value and "NVLink" not in status.value

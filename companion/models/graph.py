@@ -199,7 +199,7 @@ class ParamSpec:
 
 
 def _layer_params(cfg: ModelConfig, *, routed: bool) -> list[tuple[str, tuple[int, ...], tuple[str, ...], bool]]:
-    D, H, Hkv, dh, w = cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.weight_bytes
+    D, H, Hkv, dh = cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     out = [("attention_norm/scale", (D,), ("norm",), True), ("mlp_norm/scale", (D,), ("norm",), True)]
     if cfg.mla is None:
         out += [("attention/wq", (D, H, dh), ("embed", "heads", "head_dim"), True),
