@@ -8,7 +8,8 @@ Importing ``companion`` prepares JAX, once, before it starts:
 * validates ``XLA_FLAGS`` (XLA aborts the process on an unknown flag): if it is bad, a warning
   says why and the backend is left unstarted, so ``compiler.backend()`` raises a ValueError;
 * imports ``jax`` and starts its backend with file descriptor 2 captured, so the plugin's
-  "Could not find cuda drivers" lines land in ``companion.JAX_START_LOG``, not in notebooks.
+  "Could not find cuda drivers" lines land in ``companion.JAX_START_LOG``, not in notebooks
+  (with ``XLA_FLAGS`` set, the backend starts uncaptured, so XLA's own errors stay visible).
 
 Modules, from the ground up: ``targets`` and ``flags`` (data), ``hlo`` and ``dump`` (reading
 XLA's output), ``compiler`` (function + target -> report), ``sharding``, ``models`` and
@@ -36,9 +37,13 @@ _error = _xla_flags_error()
 with _stderr.capture() as _log:
     import jax
 
-    if _error is None:
+    if _error is None and not os.environ.get("XLA_FLAGS"):
         jax.devices()  # start the backend now, while its log is captured
 JAX_START_LOG = _log.text
+if _error is None and os.environ.get("XLA_FLAGS"):
+    # With user flags, start uncaptured: should XLA still refuse one (a value it rejects after our
+    # checks), its fatal message must reach the terminal rather than a captured file.
+    jax.devices()
 if _error is not None:
     warnings.warn(f"XLA_FLAGS would abort the process when JAX starts its backend: {_error}", stacklevel=2)
 

@@ -148,8 +148,6 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
              mu_dtype_bytes: int | None = None, rules: AxisRules = AxisRules(), hbm_bytes: int | None = None) -> Budget:
     """The per-device memory budget of one training step (see the module docstring)."""
     cfg = configs.config(model)
-    if batch < 1 or seq < 1:
-        raise ValueError(f"batch and seq must be positive, got batch={batch}, seq={seq}")
     mesh = mesh_of(mesh, num_devices)
     pol = policy_lib.resolve(policy)
     if pol.save_all:
@@ -157,13 +155,9 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
                          "(compile it to see what that costs)")
     W, A = cfg.weight_bytes, cfg.act_bytes
     mu_bytes = mu_dtype_bytes or W
+    _check_divisible(cfg, batch, seq, mesh)
     data, fsdp, tensor, expert = (mesh[a] for a in MESH_AXES)
     batch_ways = data * fsdp * expert
-    for what, size, ways in (("batch", batch, batch_ways), ("heads", cfg.num_heads, tensor),
-                             ("vocab", cfg.vocab_size, tensor)):
-        if size % ways:
-            raise ValueError(f"{what} {size} does not divide over {ways} devices (mesh "
-                             + ",".join(f"{k}={v}" for k, v in mesh.items() if v > 1) + ")")
     b, S, D, V = batch // batch_ways, seq, cfg.d_model, cfg.vocab_size // tensor
     terms: list[Term] = []
 
@@ -258,6 +252,17 @@ def _gradient_transposes(cfg, specs, shards) -> Term:
                 "L x 4 B x (" + " + ".join(n.split("/")[-1] for n in names) + ") / sharding", "gradients")
 
 
+def _check_divisible(cfg: ModelConfig, batch: int, seq: int, mesh: Mapping[str, int]) -> None:
+    if batch < 1 or seq < 1:
+        raise ValueError(f"batch and seq must be positive, got batch={batch}, seq={seq}")
+    data, fsdp, tensor, expert = (mesh[a] for a in MESH_AXES)
+    for what, size, ways in (("batch", batch, data * fsdp * expert), ("heads", cfg.num_heads, tensor),
+                             ("vocab", cfg.vocab_size, tensor)):
+        if size % ways:
+            raise ValueError(f"{what} {size} does not divide over {ways} devices (mesh "
+                             + ",".join(f"{k}={v}" for k, v in mesh.items() if v > 1) + ")")
+
+
 def layer_sizes(cfg: ModelConfig, batch: int, seq: int, mesh: Mapping[str, int], *, routed: bool) -> LayerSizes:
     """Per-device sizes of one layer's tensors under ``mesh`` (a full mesh, as ``parse_mesh`` gives)."""
     data, fsdp, tensor, expert = (mesh[a] for a in MESH_AXES)
@@ -346,6 +351,7 @@ def tensor_tradeoffs(model: ModelConfig | str, batch: int, seq: int, mesh: Mappi
     """Per named tensor of the (largest) layer: bytes to save or offload it, FLOPs to recompute it."""
     cfg = configs.config(model)
     mesh = mesh_of(mesh, num_devices)
+    _check_divisible(cfg, batch, seq, mesh)
     routed = cfg.moe is not None and cfg.num_moe_layers > 0
     graph = layer_graph(cfg, layer_sizes(cfg, batch, seq, mesh, routed=routed), routed=routed)
     count = cfg.num_moe_layers if routed else cfg.num_layers

@@ -356,6 +356,8 @@ def compile(fn: Callable, *args, placement: Placement, flags: str | Mapping[str,
     """
     warn_if_xla_flags_changed()
     options = xla_flags.to_compiler_options(xla_flags.parse(flags or {}))
+    if hasattr(fn, "lower") and (static_argnums or donate_argnums):
+        raise ValueError("fn is already jitted: give static_argnums/donate_argnums to jax.jit, not to compile()")
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn, static_argnums=static_argnums, donate_argnums=donate_argnums)
     dump_dir = (tempfile.mkdtemp(prefix="xla_dump_") if dump is True else str(dump)) if dump else None
     if dump_dir:

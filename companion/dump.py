@@ -30,7 +30,7 @@ class Allocation:
     index: int
     size: int
     memory_space: int  # 0 device, 5 pinned host
-    kind: str  # parameter | output | temp | thread-local | constant | other
+    kind: str  # parameter | output | temp | thread-local | constant
     values: tuple[Value, ...]  # HLO values placed in it (several share bytes when lifetimes do not overlap)
 
 
@@ -57,19 +57,21 @@ class XlaDump:
     def temp_timeline(self, memory_space: int = 0) -> list[int]:
         """Bytes of the temp arena in use at each step of the schedule (alias-aware: values that
         share bytes count once). Its maximum is the temp allocation: XLA's heap packs tightly."""
-        values = [v for a in self.allocations if a.memory_space == memory_space and a.kind == "temp"
-                  for v in a.values]
         ranges = {r.buffer: (r.start, r.end) for r in self.live_ranges}
         steps = len(self.sequence)
-        starts: dict[int, list[Value]] = {}
-        for v in values:
-            r = ranges.get(v.buffer)
-            if r:
-                starts.setdefault(max(r[0], 0), []).append(v)
-        used, live = [], []
-        for step in range(steps):
-            live = [v for v in live if ranges[v.buffer][1] >= step] + starts.get(step, [])
-            used.append(_union_bytes(live))
+        used = [0] * steps
+        for allocation in self.allocations:  # offsets are only comparable within one allocation
+            if allocation.memory_space != memory_space or allocation.kind != "temp":
+                continue
+            starts: dict[int, list[Value]] = {}
+            for v in allocation.values:
+                r = ranges.get(v.buffer)
+                if r:
+                    starts.setdefault(max(r[0], 0), []).append(v)
+            live: list[Value] = []
+            for step in range(steps):
+                live = [v for v in live if ranges[v.buffer][1] >= step] + starts.get(step, [])
+                used[step] += _union_bytes(live)
         return used
 
     def live_at(self, step: int, memory_space: int = 0) -> list[tuple[str, int, str]]:
@@ -81,14 +83,16 @@ class XlaDump:
         module = hlo.parse_module(self.module_text)
         op_names = {i.name: i.op_name for i in module.instructions()}
         ranges = {r.buffer: (r.start, r.end) for r in self.live_ranges}
-        live = [v for a in self.allocations if a.memory_space == memory_space and a.kind == "temp"
-                for v in a.values if (r := ranges.get(v.buffer)) and r[0] <= step <= r[1]]
-        covered: list[Value] = []
         out = []
-        for v in sorted(live, key=lambda v: -v.size):
-            added = _union_bytes(covered + [v]) - _union_bytes(covered)
-            covered.append(v)
-            out.append((v.buffer, added, op_names.get(v.buffer.split("{")[0], "")))
+        for a in self.allocations:  # offsets are only comparable within one allocation
+            if a.memory_space != memory_space or a.kind != "temp":
+                continue
+            live = [v for v in a.values if (r := ranges.get(v.buffer)) and r[0] <= step <= r[1]]
+            covered: list[Value] = []
+            for v in sorted(live, key=lambda v: -v.size):
+                added = _union_bytes(covered + [v]) - _union_bytes(covered)
+                covered.append(v)
+                out.append((v.buffer, added, op_names.get(v.buffer.split("{")[0], "")))
         return sorted(out, key=lambda t: -t[1])
 
 
@@ -160,10 +164,8 @@ def _allocation(index: int, size: int, tags: str, values: list[str]) -> Allocati
         kind = "thread-local"
     elif "constant" in tags:
         kind = "constant"
-    elif "temp" in tags:
+    else:  # "preallocated-temp", or an untagged allocation: a temporary XLA did not combine
         kind = "temp"
-    else:
-        kind = "other"
     return Allocation(index, size, int(color.group(1)) if color else 0, kind, tuple(values))
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import Any, Mapping
@@ -160,7 +161,7 @@ def _unknown(name: str, names) -> ValueError:
                       f"{len(KNOWN)} names are known to jaxlib {KNOWN_JAXLIB})")
 
 
-_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+_TRUE, _FALSE = ("true", "1"), ("false", "0")  # what XLA's flag parser accepts (any case)
 
 
 def _convert(name: str, raw: Any) -> Any:
@@ -176,14 +177,14 @@ def _convert(name: str, raw: Any) -> Any:
             return True
         if text in _FALSE:
             return False
-        raise ValueError(f"{bad}: expected true or false")
+        raise ValueError(f"{bad}: expected true or false (or 1, 0)")
     if kind == "int":
         if isinstance(raw, bool):
             raise ValueError(f"{bad}: expected an integer")
-        try:
-            return int(str(raw).strip())
-        except ValueError:
-            raise ValueError(f"{bad}: expected an integer") from None
+        text = str(raw).strip()
+        if not re.fullmatch(r"[+-]?\d+", text):  # no "1_000" or "1e3": XLA would abort on them
+            raise ValueError(f"{bad}: expected an integer")
+        return int(text)
     if kind == "float":
         try:
             return float(str(raw).strip())
@@ -195,8 +196,8 @@ def _convert(name: str, raw: Any) -> Any:
             raise ValueError(f"{bad}: choose one of {', '.join(spec.choices)}")
         return text
     if kind in ("enum_list", "string_list"):
-        items = raw if isinstance(raw, (list, tuple)) else [s for s in str(raw).strip("'\"").split(",") if s.strip()]
-        items = tuple(str(i).strip() for i in items)
+        items = raw if isinstance(raw, (list, tuple)) else str(raw).strip("'\"").split(",")
+        items = tuple(str(i).strip() for i in items if str(i).strip())
         if kind == "enum_list":
             items = tuple(i.upper() for i in items)
             for item in items:
@@ -255,7 +256,8 @@ def to_compiler_options(flags: Mapping[str, Any]) -> dict[str, Any]:
     options = {}
     for name, value in flags.items():
         if isinstance(value, tuple):
-            if value and value[0][:1] in "+-":  # +TYPE/-TYPE edit the default set
+            if value and name in CATALOG and CATALOG[name].kind == "enum_list" and value[0][:1] in ("+", "-"):
+                # +TYPE/-TYPE edit the default set
                 chosen = list(CATALOG[name].default)
                 for item in value:
                     if item[0] == "+" and item[1:] not in chosen:

@@ -246,6 +246,11 @@ class HloModule:
         return counts
 
     @property
+    def conditionals(self) -> list[str]:
+        """Conditionals of the schedule: their branches are all counted as if each ran (an upper bound)."""
+        return [i.name for i in self.instructions() if i.opcode == "conditional"]
+
+    @property
     def unknown_trip_count_loops(self) -> list[str]:
         return [i.name for i in self.instructions() if i.opcode == "while" and i.trip_count is None]
 
@@ -393,7 +398,7 @@ class HostTransfer:
 class OffloadSummary:
     """What the scheduled module does with pinned host memory."""
 
-    host_buffers: int  # distinct S(5) arrays materialised by the schedule
+    host_buffers: int  # S(5) buffers: allocated ones, host copies, host-resident entry parameters
     transfers: tuple[HostTransfer, ...]
 
     def count(self, direction: str, kind: str | None = None, is_async: bool | None = None) -> int:
@@ -459,7 +464,8 @@ def _start_parts(instr: Instruction) -> tuple[list[ArrayShape], ArrayShape | Non
 def offload_summary(module: HloModule) -> OffloadSummary:
     """Find every device<->host transfer of the schedule, with bytes and execution counts."""
     transfers = []
-    host_arrays = set()
+    host_buffers = sum(1 for i in module.computations[module.entry].instructions
+                       if i.opcode == "parameter" and any(a.on_host for a in flatten_shape(i.shape)))
     for instr in module.scheduled():
         if instr.opcode.endswith("-done") or instr.opcode in ("parameter", "get-tuple-element", "tuple",
                                                                "bitcast", "while", "call", "conditional"):
@@ -475,7 +481,8 @@ def offload_summary(module: HloModule) -> OffloadSummary:
             continue
         kind = _transfer_kind(module, instr)
         if dest.on_host:
-            host_arrays.add((instr.computation, instr.name))
+            if kind in ("allocate", "copy"):  # a new S(5) buffer; a dynamic-update-slice writes into one
+                host_buffers += 1
             if kind == "allocate":
                 continue
             device_sources = [s for s in sources if not s.on_host and s.dims]
@@ -488,7 +495,20 @@ def offload_summary(module: HloModule) -> OffloadSummary:
         elif any(s.on_host for s in sources) and kind != "allocate":
             transfers.append(HostTransfer(instr.name, kind, "h2d", is_async, dest.bytes,
                                           module.executions(instr), instr.computation))
-    return OffloadSummary(len(host_arrays), tuple(transfers))
+    return OffloadSummary(host_buffers, tuple(transfers))
+
+
+def _opcodes_within(module: HloModule, callees: list[str], seen: set | None = None) -> set[str]:
+    seen = set() if seen is None else seen
+    found = set()
+    for name in callees:
+        if name in seen or name not in module.computations:
+            continue
+        seen.add(name)
+        for i in module.computations[name].instructions:
+            found.add(i.opcode)
+            found |= _opcodes_within(module, i.called, seen)
+    return found
 
 
 def _transfer_kind(module: HloModule, instr: Instruction) -> str:
@@ -498,8 +518,7 @@ def _transfer_kind(module: HloModule, instr: Instruction) -> str:
         return "allocate"
     if instr.opcode in ("dynamic-update-slice", "dynamic-slice"):
         return instr.opcode
-    inner = {i.opcode for c in instr.called if c in module.computations
-             for i in module.computations[c].instructions}
+    inner = _opcodes_within(module, instr.called)  # nested: dumps wrap the fusion in an async computation
     for kind in ("dynamic-update-slice", "dynamic-slice", "copy"):
         if kind in inner:
             return kind
@@ -590,13 +609,14 @@ class FlopSummary:
 
     total: float
     by_phase: dict[str, float]  # forward | backward | recompute | other
+    exact: bool = True  # False when conditionals or loops without a known trip count were counted
 
     @property
     def recompute(self) -> float:
         return self.by_phase.get("recompute", 0.0)
 
     def to_dict(self) -> dict:
-        return {"total": self.total, "by_phase": dict(self.by_phase)}
+        return {"total": self.total, "by_phase": dict(self.by_phase), "exact": self.exact}
 
 
 def flop_summary(module: HloModule) -> FlopSummary:
@@ -606,7 +626,8 @@ def flop_summary(module: HloModule) -> FlopSummary:
             flops = dot_flops(module, instr)
             if flops:
                 by_phase[phase_of(instr.op_name)] += flops * module.executions(instr)
-    return FlopSummary(float(sum(by_phase.values())), {k: float(v) for k, v in by_phase.items()})
+    exact = not module.conditionals and not module.unknown_trip_count_loops
+    return FlopSummary(float(sum(by_phase.values())), {k: float(v) for k, v in by_phase.items()}, exact)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -617,7 +638,7 @@ class OpCost:
     kind: str  # compute | collective | host-transfer
     flops: float
     bytes: int  # HBM bytes read and written (operands + result)
-    dtype: str  # the widest matmul input dtype (for the FLOP rate), or "" without matmuls
+    dtype: str  # input dtype of the op's (first) matmul, for the FLOP rate; "" without matmuls
     executions: int
     computation: str
     phase: str

@@ -57,6 +57,7 @@ class Policy:
     offload: tuple[str, ...] = ()
     description: str = ""
     save_all: bool = False  # no remat at all: autodiff keeps every residual it needs
+    is_custom: bool = False  # built from a per-tensor spec (checked strictly against the model's names)
 
     @property
     def offloads(self) -> bool:
@@ -143,7 +144,7 @@ def custom(spec: Mapping[str, str], name: str = "custom", known: Iterable[str] =
             raise ValueError("decoder_layer_input cannot be 'remat': it is the scan carry every layer recomputes "
                              "from; choose 'device' or 'offload'")
         (device if where == "device" else offload if where == "offload" else []).append(tensor)
-    return Policy(name, tuple(device), tuple(offload), "custom")
+    return Policy(name, tuple(device), tuple(offload), "custom", is_custom=True)
 
 
 def load_custom(path: str | Path) -> Policy:
@@ -177,11 +178,15 @@ def resolve(policy: str | Policy | Mapping[str, str], emitted: Iterable[str] | N
         resolved = PRESETS[policy]
     elif policy == NO_REMAT.name:
         resolved = NO_REMAT
+    elif policy == "custom":
+        raise ValueError("policy 'custom' needs its per-tensor spec: pass a .json file or a mapping "
+                         "{name: remat|device|offload}")
     else:
-        close = difflib.get_close_matches(str(policy), PRESET_NAMES, n=2, cutoff=0.6)
+        choices = (*PRESETS, NO_REMAT.name)
+        close = difflib.get_close_matches(str(policy), choices, n=2, cutoff=0.6)
         hint = f" (did you mean {' or '.join(close)}?)" if close else ""
-        raise ValueError(f"unknown remat policy {policy!r}{hint}; choose one of {', '.join(PRESET_NAMES)} "
-                         "or a custom spec (a .json file or a mapping)")
+        raise ValueError(f"unknown remat policy {policy!r}{hint}; choose one of {', '.join(choices)}, "
+                         "or custom: a .json file or a mapping {name: remat|device|offload}")
     if emitted is not None:
         check(resolved, emitted)
     return resolved
@@ -192,7 +197,7 @@ def check(policy: Policy, emitted: Iterable[str]) -> None:
     named = set(policy.device) | set(policy.offload)
     if policy.save_all:
         return
-    if policy.name not in PRESETS:  # custom: every named tensor must exist
+    if policy.is_custom:  # every named tensor must exist
         missing = sorted(named - emitted)
         if missing:
             raise ValueError(f"custom policy {policy.name!r} names {', '.join(missing)}, which this model never "

@@ -94,15 +94,21 @@ def step_time(report, target: Target, link: HostLink | None = None) -> StepTime:
 
 
 def loop_body_seconds(report, target: Target) -> dict[str, tuple[int, float]]:
-    """For each loop body (a scanned layer's forward or backward): (trip count, roofline seconds
-    of one iteration's compute)."""
+    """For each top-level loop body (a scanned layer's forward or backward): (trip count, roofline
+    seconds of one iteration's compute, loops nested in it included by their trip counts)."""
     module = report.module
-    bodies = {i.attrs["body"].lstrip("%"): i.trip_count or 1 for i in module.scheduled() if i.opcode == "while"}
-    seconds: dict[str, float] = {}
+    loops = {i.attrs["body"].lstrip("%"): (i.trip_count or 1, i.computation)
+             for i in module.scheduled() if i.opcode == "while"}
+    own: dict[str, float] = {}
     for cost in hlo.op_costs(module):
-        if cost.kind == "compute" and cost.computation in bodies:
-            seconds[cost.computation] = seconds.get(cost.computation, 0.0) + op_seconds(cost, target.gpu)
-    return {body: (bodies[body], seconds.get(body, 0.0)) for body in bodies}
+        if cost.kind == "compute" and cost.computation in loops:
+            own[cost.computation] = own.get(cost.computation, 0.0) + op_seconds(cost, target.gpu)
+
+    def seconds(body: str) -> float:
+        nested = sum(trips * seconds(b) for b, (trips, parent) in loops.items() if parent == body)
+        return own.get(body, 0.0) + nested
+
+    return {body: (trips, seconds(body)) for body, (trips, parent) in loops.items() if parent not in loops}
 
 
 # ----------------------------------------------------------------------------- remat vs offload

@@ -126,14 +126,20 @@ def parse_mesh(text: str | Mapping[str, int] | None, num_devices: int) -> dict[s
         sizes = {"fsdp": -1}
     elif isinstance(text, Mapping):
         sizes = dict(text)
+        for name, value in sizes.items():
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"bad mesh size {value!r} for axis {name!r}: an integer (or -1)")
     else:
         sizes = {}
         for part in str(text).split(","):
             name, sep, value = part.strip().partition("=")
+            name = name.strip()
             if not sep:
                 raise ValueError(f"bad mesh entry {part!r}: write AXIS=SIZE, e.g. fsdp=8,tensor=8")
+            if name in sizes:
+                raise ValueError(f"mesh axis {name!r} is given twice in {text!r}")
             try:
-                sizes[name.strip()] = int(value)
+                sizes[name] = int(value)
             except ValueError:
                 raise ValueError(f"bad mesh size {value!r} for axis {name!r}: an integer (or -1)") from None
     for name in sizes:

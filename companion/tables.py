@@ -93,7 +93,7 @@ def live_at_peak(report, top: int = 10) -> str:
     """The largest temp buffers alive at the compiled step's peak (needs ``compile(..., dump=True)``)."""
     if report.dump is None:
         raise ValueError("this report has no XLA dump: compile with dump=True")
-    module = report.module
+    module = hlo.parse_module(report.dump.module_text)  # the dump's names, which live ranges use
     instructions = {i.name: i for i in module.instructions()}
     shapes = {name: i.shape for name, i in instructions.items()}
 

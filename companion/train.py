@@ -41,7 +41,7 @@ class OptimizerConfig:
     mu_dtype: str | None = None  # None: the parameters' dtype
 
     def __post_init__(self):
-        if self.learning_rate <= 0 or self.total_steps < 1 or not 0 <= self.warmup_steps <= self.total_steps:
+        if self.learning_rate <= 0 or self.total_steps < 1 or not 0 <= self.warmup_steps < self.total_steps:
             raise ValueError(f"bad optimizer schedule: learning_rate {self.learning_rate}, warmup_steps "
                              f"{self.warmup_steps}, total_steps {self.total_steps}")
 
@@ -50,12 +50,14 @@ class OptimizerConfig:
             init_value=0.0, peak_value=self.learning_rate, warmup_steps=self.warmup_steps,
             decay_steps=self.total_steps, end_value=self.learning_rate * self.final_fraction)
 
+    def transforms(self) -> tuple[optax.GradientTransformation, ...]:
+        """Global-norm clipping, then AdamW: the optimizer, one transform at a time."""
+        return (optax.clip_by_global_norm(self.clip_norm),
+                optax.adamw(self.schedule(), b1=self.b1, b2=self.b2, eps=self.eps,
+                            weight_decay=self.weight_decay, mu_dtype=self.mu_dtype))
+
     def optimizer(self) -> optax.GradientTransformation:
-        return optax.chain(
-            optax.clip_by_global_norm(self.clip_norm),
-            optax.adamw(self.schedule(), b1=self.b1, b2=self.b2, eps=self.eps,
-                        weight_decay=self.weight_decay, mu_dtype=self.mu_dtype),
-        )
+        return optax.chain(*self.transforms())
 
 
 def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:

@@ -90,6 +90,11 @@ def test_budget_table_and_errors():
     assert out.returncode == 0 and "device total" in out.stdout and "routed experts" in out.stdout
     bad = companion("budget", "--model", "tiny-llama", "--gpus", "2", "--batch", "3", "--seq", "32")
     assert bad.returncode == 1 and "does not divide" in bad.stderr
+
+
+def test_budget_refuses_a_custom_spec_naming_tensors_the_model_lacks(tmp_path):
+    spec = tmp_path / "minimal.json"  # named like a preset: still checked as a custom spec
+    spec.write_text('{"query_proj": "offload", "mla_q": "offload"}')
     bad = companion("budget", "--model", "tiny-llama", "--gpus", "1", "--batch", "2", "--seq", "32",
-                    "--policy", '{"mla_q": "offload"}'.replace('"', ""))
-    assert bad.returncode == 1
+                    "--policy", str(spec))
+    assert bad.returncode == 1 and "mla_q, which this model never emits" in bad.stderr

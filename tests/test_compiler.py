@@ -3,7 +3,7 @@ import warnings
 import jax
 import pytest
 
-from companion import compiler, targets
+from companion import compiler, hlo, targets
 from companion.models import toy
 
 STACK = toy.MlpStack(layers=4, width=256, hidden=1024)
@@ -83,6 +83,12 @@ def test_missing_plugin_falls_back_to_cpu_with_one_warning(monkeypatch):
         compiler.place(targets.target("h100", "1"), backend_kind="cuda")
 
 
+def test_jit_arguments_go_to_jax_jit_not_compile():
+    placement = compiler.place(targets.target("h100", "1"), backend_kind="cuda")
+    with pytest.raises(ValueError, match="already jitted"):
+        compiler.compile(jax.jit(lambda a: a), placement.abstract((4,)), placement=placement, donate_argnums=(0,))
+
+
 def test_mesh_must_match_the_target():
     with pytest.raises(ValueError, match="multiply to 8"):
         compiler.place(targets.target("h100", "1x8"), {"fsdp": 4, "tensor": 4})
@@ -106,4 +112,10 @@ def test_dump_gives_buffer_assignment_and_live_ranges():
     # values that share bytes count once: the busiest step fills the temp arena (XLA packs tightly)
     assert 0.99 * r.device.temp_bytes <= max(timeline) <= r.device.temp_bytes
     peak_step = timeline.index(max(timeline))
-    assert sum(size for _, size, _ in r.dump.live_at(peak_step)) >= max(timeline)
+    ranges = {lr.buffer: (lr.start, lr.end) for lr in r.dump.live_ranges}
+    names = {i.name for i in hlo.parse_module(r.dump.module_text).instructions()}
+    for buffer, size, _ in r.dump.live_at(peak_step):
+        assert ranges[buffer][0] <= peak_step <= ranges[buffer][1]  # alive then, by XLA's live ranges
+        assert buffer.split("{")[0] in names  # an instruction of the compiled module
+    # the offloaded activations are in the host arena, not in the device list
+    assert r.dump.temp_timeline(memory_space=5)[peak_step] <= r.host.temp_bytes

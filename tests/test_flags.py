@@ -24,6 +24,8 @@ def test_misspelt_flag_names_the_right_one():
 
 @pytest.mark.parametrize("text, message", [
     ("--xla_gpu_enable_latency_hiding_scheduler=maybe", "expected true or false"),
+    ("--xla_gpu_enable_latency_hiding_scheduler=yes", "expected true or false"),  # XLA would abort on it
+    ("--xla_gpu_graph_min_graph_size=1_000", "expected an integer"),
     ("--xla_gpu_memory_limit_slop_factor=lots", "expected an integer"),
     ("--xla_gpu_enable_while_loop_unrolling=SOMETIMES", "WHILE_LOOP_UNROLLING_AUTO_UNROLL"),
     ("--xla_gpu_enable_command_buffer=FUSION,GRAPHS", "'GRAPHS' is not one of"),
@@ -57,6 +59,12 @@ def test_known_names_were_generated_for_the_installed_jaxlib():
     assert set(flags.CATALOG) <= set(flags.KNOWN)
     for name, spec in flags.CATALOG.items():
         assert spec.kind in flags.KINDS and spec.topic in flags.TOPICS, name
+
+
+def test_empty_list_items_are_dropped_and_only_enum_lists_take_edits():
+    options = flags.to_compiler_options(flags.parse({"xla_disable_hlo_passes": ["", "rematerialization"]}))
+    assert options["xla_disable_hlo_passes"] == "rematerialization"
+    assert flags.to_compiler_options(flags.parse({"xla_disable_hlo_passes": ["-x"]}))["xla_disable_hlo_passes"] == "-x"
 
 
 def test_command_buffer_edits_resolve_against_the_default():

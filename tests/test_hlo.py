@@ -100,6 +100,7 @@ def test_offload_summary_finds_each_transfer_with_bytes_per_step():
     assert kinds["d2h", "copy", True].bytes_per_step == 64 * 64 * 4
     assert summary.d2h_ops == 2 and summary.h2d_ops == 1 and summary.async_pairs == 3
     assert summary.d2h_bytes_per_step == 6 * LAYER_BYTES + 64 * 64 * 4
+    assert summary.host_buffers == 2  # the allocated [6, 128, 256] buffer and the copy of x
 
 
 def test_collectives_counted_once_per_start_with_loop_bytes():
@@ -112,3 +113,58 @@ def test_a_module_without_offload_has_no_transfers():
     text = "HloModule m\n\nENTRY %e (a: f32[4]) -> f32[4] {\n  %a = f32[4]{0} parameter(0)\n  ROOT %n = f32[4]{0} negate(%a)\n}\n"
     module = hlo.parse_module(text)
     assert hlo.offload_summary(module).transfers == () and module.computations["e"].root.opcode == "negate"
+
+
+# As --xla_dump_to writes it: the transfer is an async-start of a computation wrapping the fusion.
+DUMPED = """HloModule dumped
+
+%fused_dus (a: bf16[4,64]{1,0:S(5)}, b: bf16[1,64], i: s32[]) -> bf16[4,64] {
+  %a = bf16[4,64]{1,0:S(5)} parameter(0)
+  %b = bf16[1,64]{1,0} parameter(1)
+  %i = s32[] parameter(2)
+  %z = s32[] constant(0)
+  ROOT %d = bf16[4,64]{1,0:S(5)} dynamic-update-slice(%a, %b, %i, %z)
+}
+
+%async_computation (p: bf16[4,64], q: bf16[1,64], r: s32[]) -> bf16[4,64] {
+  %p = bf16[4,64]{1,0:S(5)} parameter(0)
+  %q = bf16[1,64]{1,0} parameter(1)
+  %r = s32[] parameter(2)
+  ROOT %f = bf16[4,64]{1,0:S(5)} fusion(%p, %q, %r), kind=kLoop, calls=%fused_dus
+}
+
+%branch_a (x: f32[8,8]) -> f32[8,8] {
+  %x = f32[8,8]{1,0} parameter(0)
+  ROOT %m = f32[8,8]{1,0} dot(%x, %x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%branch_b (y: f32[8,8]) -> f32[8,8] {
+  ROOT %y = f32[8,8]{1,0} parameter(0)
+}
+
+ENTRY %main (h: bf16[4,64], u: bf16[1,64], k: s32[], c: s32[], w: f32[8,8]) -> bf16[4,64] {
+  %h = bf16[4,64]{1,0:S(5)} parameter(0)
+  %u = bf16[1,64]{1,0} parameter(1)
+  %k = s32[] parameter(2)
+  %c = s32[] parameter(3)
+  %w = f32[8,8]{1,0} parameter(4)
+  %pick = f32[8,8]{1,0} conditional(%c, %w, %w), branch_computations={%branch_a, %branch_b}
+  %s = ((bf16[4,64]{1,0:S(5)}, bf16[1,64]{1,0}, s32[]), bf16[4,64]{1,0:S(5)}, s32[]) async-start(%h, %u, %k), calls=%async_computation
+  ROOT %e = bf16[4,64]{1,0:S(5)} async-done(%s)
+}
+"""
+
+
+def test_transfers_in_dumped_modules_are_classified_through_nested_calls():
+    summary = hlo.offload_summary(hlo.parse_module(DUMPED))
+    (t,) = summary.transfers
+    assert (t.kind, t.direction, t.is_async, t.bytes_per_execution) == ("dynamic-update-slice", "d2h", True, 128)
+    assert summary.host_buffers == 1  # the host-resident entry parameter
+
+
+def test_conditionals_make_the_flop_count_an_upper_bound():
+    module = hlo.parse_module(DUMPED)
+    assert module.conditionals == ["pick"]
+    flops = hlo.flop_summary(module)
+    assert flops.total == 2 * 8 * 8 * 8 and not flops.exact
+    assert hlo.flop_summary(hlo.parse_module(MODULE)).exact

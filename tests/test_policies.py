@@ -45,8 +45,10 @@ def test_jax_policies_are_the_matching_checkpoint_policies():
 
 
 def test_unknown_preset_lists_the_choices():
-    with pytest.raises(ValueError, match="did you mean minimal_offloaded.*choose one of full, minimal"):
+    with pytest.raises(ValueError, match="did you mean minimal_offloaded.*choose one of full, minimal.*no_remat"):
         policies.resolve("minimal_ofloaded")
+    with pytest.raises(ValueError, match="'custom' needs its per-tensor spec"):
+        policies.resolve("custom")
 
 
 def test_custom_spec_validation():
@@ -79,6 +81,13 @@ def test_describe_lists_where_each_emitted_name_goes():
     assert "not emitted by this model (no effect): kv_proj" in text
     touched = policies.PRESETS["minimal"].touched(LLAMA_NAMES)
     assert touched["context"] == "remat" and touched["out_proj"] == "device"
+
+
+def test_a_custom_file_named_like_a_preset_is_still_checked_as_custom(tmp_path):
+    path = tmp_path / "minimal.json"
+    path.write_text('{"query_proj": "offload", "mla_q": "offload"}')
+    with pytest.raises(ValueError, match="names mla_q, which this model never emits"):
+        policies.resolve(str(path), emitted=LLAMA_NAMES)
 
 
 def test_load_custom_from_json(tmp_path):

@@ -46,6 +46,10 @@ def test_parse_mesh(text, devices, expected):
     ("fsdp=x", "bad mesh size 'x'"),
     ("fsdp=0,tensor=-1", "must be positive"),
     ("tensor=3,fsdp=-1", "cannot fill 64 devices"),
+    ("fsdp=2,fsdp=32", "given twice"),
+    ({"fsdp": "64"}, "bad mesh size '64'"),
+    ({"fsdp": 64.0}, "bad mesh size 64.0"),
+    ({"fsdp": True}, "bad mesh size True"),
 ])
 def test_bad_meshes(text, message):
     with pytest.raises(ValueError, match=message):
