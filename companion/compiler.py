@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from . import dump as xla_dump
@@ -180,7 +181,6 @@ def place(target: Target, mesh_axes: Mapping[str, int] | None = None, *, backend
                 f"the CPU backend has {len(devices)} device(s) but {target.name} needs {n}; pick a "
                 f"1-GPU target, or start Python with XLA_FLAGS=--xla_force_host_platform_device_count={n}")
         devices = devices[:n]
-    import numpy as np
     mesh = Mesh(np.asarray(devices, dtype=object).reshape(tuple(axes.values())), tuple(axes))
     return Placement(target, mesh, kind)
 

@@ -221,7 +221,7 @@ def compile_layer_stack(cfg: ModelConfig | str, policy, placement: compiler.Plac
         state = nnx.state(getattr(model, s))
         specs = _spec_tree(state, mesh_shape, rules, "parameter")
         params[s] = jax.tree.map(lambda spec, v: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=placement.sharding(spec)),
-                                 specs, jax.tree.map(lambda v: v, state))
+                                 specs, state)
     x_spec = rules.spec(("activation_batch", "activation_length", "activation_embed"), mesh_shape,
                         (batch, seq, cfg.d_model), what="layer input")
     x = placement.abstract((batch, seq, cfg.d_model), cfg.dtype, x_spec)
