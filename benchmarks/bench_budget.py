@@ -63,7 +63,7 @@ def run(case) -> dict:
     cfg = models.config(name, **overrides)
     target = targets.target(target_name)
     mesh = sharding.parse_mesh(mesh_text, target.num_devices)
-    placement = compiler.place(target, {k: v for k, v in mesh.items() if v > 1} or {"fsdp": 1})
+    placement = compiler.place(target, sharding.active_axes(mesh))
     report = train.compile_step(train.trainer(cfg, policy), placement, batch, seq)
     est = budget.estimate(cfg, batch, seq, policy, mesh, hbm_bytes=target.gpu.hbm_bytes)
     peers = heuristics.estimates(cfg, batch, seq, policy, mesh)

@@ -44,25 +44,26 @@ def _flags(args) -> int:
     return 0
 
 
-def _placement_from_args(args):
-    from . import compiler, sharding
-
-    target = targets.target(args.target) if ":" in args.target else targets.target(args.target, args.gpus)
-    if args.gpus is not None and target.num_devices != args.gpus:
-        raise ValueError(f"--target {args.target} has {target.num_devices} GPUs but --gpus is {args.gpus}")
-    mesh = sharding.parse_mesh(args.mesh, target.num_devices)
-    return compiler.place(target, {k: v for k, v in mesh.items() if v > 1} or {"fsdp": 1})
-
-
-def _compile(args) -> int:
-    from . import models, train
+def _step_inputs(args):
+    """Validated (model config, target, full mesh) of a ``compile``/``budget`` command line."""
+    from . import models, sharding
 
     for name in ("batch", "seq"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be positive, got {getattr(args, name)}")
     xla_flags.parse(args.xla_flags)  # cheap checks first: a typo should not wait for a compile
     cfg = models.config(args.model, **({"attention": args.attention} if args.attention else {}))
-    placement = _placement_from_args(args)
+    target = targets.target(args.target) if ":" in args.target else targets.target(args.target, args.gpus)
+    if args.gpus is not None and target.num_devices != args.gpus:
+        raise ValueError(f"--target {args.target} has {target.num_devices} GPUs but --gpus is {args.gpus}")
+    return cfg, target, sharding.parse_mesh(args.mesh, target.num_devices)
+
+
+def _compile(args) -> int:
+    from . import compiler, sharding, train
+
+    cfg, target, mesh = _step_inputs(args)
+    placement = compiler.place(target, sharding.active_axes(mesh))
     trainer = train.trainer(cfg, args.policy)
     report = train.compile_step(trainer, placement, args.batch, args.seq, flags=args.xla_flags)
     out = {"model": cfg.name, "policy": trainer.policy.name, "batch": args.batch, "seq": args.seq,
@@ -72,16 +73,9 @@ def _compile(args) -> int:
 
 
 def _budget(args) -> int:
-    from . import budget, models, policies, sharding
+    from . import budget, models, policies
 
-    for name in ("batch", "seq"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name} must be positive, got {getattr(args, name)}")
-    cfg = models.config(args.model, **({"attention": args.attention} if args.attention else {}))
-    target = targets.target(args.target) if ":" in args.target else targets.target(args.target, args.gpus)
-    if args.gpus is not None and target.num_devices != args.gpus:
-        raise ValueError(f"--target {args.target} has {target.num_devices} GPUs but --gpus is {args.gpus}")
-    mesh = sharding.parse_mesh(args.mesh, target.num_devices)
+    cfg, target, mesh = _step_inputs(args)
     policy = policies.resolve(args.policy, emitted=models.checkpoint_names(cfg))
     result = budget.estimate(cfg, args.batch, args.seq, policy, mesh, hbm_bytes=target.gpu.hbm_bytes)
     if args.json:

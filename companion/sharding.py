@@ -169,5 +169,10 @@ def mesh_of(mesh: str | Mapping[str, int] | None, num_devices: int | None = None
     return parse_mesh(mesh, num_devices)
 
 
+def active_axes(mesh: Mapping[str, int]) -> dict[str, int]:
+    """The axes of a full mesh that split something (size > 1), as ``compiler.place`` takes them."""
+    return {k: v for k, v in mesh.items() if v > 1} or {"fsdp": 1}
+
+
 def _fmt(sizes: Mapping[str, int]) -> str:
     return ",".join(f"{k}={v}" for k, v in sizes.items())

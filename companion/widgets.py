@@ -106,7 +106,7 @@ def budget_explorer(model: str = "llama3.1-8b", batch: int = 8, seq: int = 4096,
         if not view.ok:
             status.value = f"<b>{view.message}</b>"
             return
-        mesh_shape = {k: v for k, v in view.budget.mesh.items() if v > 1} or {"fsdp": 1}
+        mesh_shape = sharding.active_axes(view.budget.mesh)
         cfg = models.config(values["model"], attention=values["attention"])
         report = train.compile_step(train.trainer(cfg, values["policy"]), compiler.place(view.target, mesh_shape),
                                     values["batch"], values["seq"])
@@ -248,7 +248,7 @@ def policy_explorer(offload: bool = True, model: str = "llama3.1-8b", batch: int
         if not view.ok:
             return
         cfg = models.config(values["model"], num_layers=4)
-        placement = compiler.place(view.target, {k: v for k, v in view.budget.mesh.items() if v > 1} or {"fsdp": 1})
+        placement = compiler.place(view.target, sharding.active_axes(view.budget.mesh))
         report = train.compile_layer_stack(cfg, spec_of(values), placement, values["batch"], values["seq"])
         status.value += (f"<br>XLA, 4-layer stack: device {report.device.peak_bytes / GiB:.2f} GiB, host "
                          f"{report.host.temp_bytes / GiB:.2f} GiB, {report.flops.recompute / 1e12:.2f} TFLOP "
