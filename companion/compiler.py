@@ -21,18 +21,20 @@ import functools
 import importlib.util
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from . import descriptors
 from . import dump as xla_dump
 from . import flags as xla_flags
 from . import hlo, stderr
@@ -137,10 +139,13 @@ class Placement:
         return jax.tree.map(lambda a: self.abstract(a.shape, a.dtype, spec), tree)
 
 
-def place(target: Target, mesh_axes: Mapping[str, int] | None = None, *, backend_kind: str = "auto") -> Placement:
+def place(target: Target, mesh_axes: Mapping[str, int] | None = None, *, backend_kind: str = "auto",
+          target_config: str | None = None) -> Placement:
     """Devices for ``target`` and a mesh named by ``mesh_axes`` (default: one axis 'fsdp').
 
-    The product of the mesh axis sizes must equal the target's number of GPUs.
+    The product of the mesh axis sizes must equal the target's number of GPUs. ``target_config``
+    replaces the rendered ``GpuTargetConfigProto`` text of a compile-only topology (experiments:
+    what a field changes).
     """
     if backend_kind not in BACKENDS:
         raise ValueError(f"unknown backend {backend_kind!r}; choose one of {', '.join(BACKENDS)}")
@@ -168,7 +173,7 @@ def place(target: Target, mesh_axes: Mapping[str, int] | None = None, *, backend
         if not info.cuda_plugin:
             raise ValueError("backend 'cuda' needs the CUDA PJRT plugin: pip install "
                              "'jax-cuda12-plugin==0.10.2' 'jax-cuda12-pjrt==0.10.2' (Linux only)")
-        devices = _compile_only_devices(target)
+        devices = list(_topology(target_config or target.target_config_text(), target.topology.spec).devices)
     elif kind == "gpu":
         devices = jax.devices("gpu") if info.platform == "gpu" else []
         if len(devices) < n:
@@ -199,10 +204,6 @@ def _fmt_axes(axes: Mapping[str, int]) -> str:
 def _local_gpus_match(target: Target) -> bool:
     gpus = [d for d in jax.devices() if d.platform == "gpu"]
     return len(gpus) >= target.num_devices and all(target.gpu.matches_device_kind(d.device_kind) for d in gpus)
-
-
-def _compile_only_devices(target: Target) -> list:
-    return list(_topology(target.gpu.target_config_text(), target.topology.spec).devices)
 
 
 @functools.cache
@@ -250,7 +251,13 @@ class HostMemory:
 
 @dataclasses.dataclass(frozen=True)
 class CompileReport:
-    """What one compile of one function for one target gave, per device."""
+    """What one compile of one function for one target gave, per device.
+
+    "Fits" compares the device peak with the *usable* HBM: JAX's allocator limit, ``mem_fraction``
+    of the card (``XLA_PYTHON_CLIENT_MEM_FRACTION``, default 0.75), not the whole card.
+    ``offload.checks`` holds the memcpy-descriptor check of the sliced host transfers
+    (``companion.descriptors``; openxla/xla #46231).
+    """
 
     target: str
     gpu: str
@@ -258,29 +265,52 @@ class CompileReport:
     num_devices: int
     mesh: dict[str, int]
     hbm_bytes: int
+    mem_fraction: float
+    usable_hbm_bytes: int
     device: DeviceMemory
     host: HostMemory
     offload: hlo.OffloadSummary
     collectives: hlo.CollectiveSummary
     flops: hlo.FlopSummary
     compile_seconds: float
-    flags: dict[str, Any]
+    flag_set: xla_flags.FlagSet
     hlo_text: str = dataclasses.field(repr=False)
     compiler_log: str = dataclasses.field(default="", repr=False)
     dump: xla_dump.XlaDump | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def flags(self) -> dict[str, Any]:
+        """Every XLA flag this compile ran with (the preset, overrides and workarounds)."""
+        return dict(self.flag_set.flags)
 
     @property
     def offload_modelled(self) -> bool:
         return self.backend != "cpu"
 
     @property
-    def hbm_margin_bytes(self) -> int:
-        """HBM left after the peak (negative: by how much the step does not fit)."""
-        return self.hbm_bytes - self.device.peak_bytes
+    def margin_bytes(self) -> int:
+        """Usable HBM left after the peak (negative: by how much the step does not fit)."""
+        return self.usable_hbm_bytes - self.device.peak_bytes
 
     @property
     def fits(self) -> bool:
-        return self.hbm_margin_bytes >= 0
+        return self.margin_bytes >= 0
+
+    @property
+    def scheduler_limit_bytes(self) -> int:
+        """The memory limit XLA's latency-hiding scheduler plans for (``GetSchedulerMemoryLimit``):
+        (allocator limit - the step's device arguments and outputs, aliased ones once) x slop / 100.
+        A compile-only run gets the same base as a GPU run (see ``Target.target_config_text``)."""
+        slop = self.flag_set.flags.get("xla_gpu_memory_limit_slop_factor", 95)
+        io = self.device.argument_bytes + self.device.output_bytes - self.device.alias_bytes
+        return max(0, (self.usable_hbm_bytes - io) * int(slop) // 100)
+
+    @property
+    def logged_scheduler_limit_bytes(self) -> int | None:
+        """The limit as the scheduler logged it ("Current limit: N"), when XLA's INFO log is on
+        (``TF_CPP_MIN_LOG_LEVEL=0``); None otherwise."""
+        found = re.findall(r"Current limit: (\d+)", self.compiler_log)
+        return int(found[-1]) if found else None
 
     @property
     def compiler_warnings(self) -> list[str]:
@@ -305,16 +335,20 @@ class CompileReport:
             "num_devices": self.num_devices,
             "mesh": dict(self.mesh),
             "hbm_bytes": self.hbm_bytes,
+            "mem_fraction": self.mem_fraction,
+            "usable_hbm_bytes": self.usable_hbm_bytes,
             "fits": self.fits,
-            "hbm_margin_bytes": self.hbm_margin_bytes,
+            "margin_bytes": self.margin_bytes,
+            "scheduler_limit_bytes": self.scheduler_limit_bytes,
             "device": {**dataclasses.asdict(self.device), "peak_bytes": self.device.peak_bytes},
             "host": dataclasses.asdict(self.host),
-            "offload": self.offload.to_dict(),
+            "offload": {**self.offload.to_dict(), "checks": self.offload.checks.to_dict()},
             "collectives": self.collectives.to_dict(),
             "flops": self.flops.total,
             "flops_by_phase": dict(self.flops.by_phase),
             "compile_seconds": round(self.compile_seconds, 3),
-            "flags": dict(self.flags),
+            "flags": {k: xla_flags.format_value(v) for k, v in self.flags.items()},
+            "flag_set": self.flag_set.to_dict(),
         }
 
     def to_json(self, **kwargs) -> str:
@@ -333,10 +367,16 @@ class CompileReport:
             f"{o.d2h_bytes_per_step / gib:.3f} GiB out / {o.h2d_bytes_per_step / gib:.3f} GiB back per step",
             f"  compute {self.flops.total / 1e12:.2f} TFLOP of matmuls per step"
             + (f" ({self.flops.recompute / 1e12:.2f} recomputed)" if self.flops.recompute else ""),
-            f"  HBM     {self.hbm_bytes / gib:.1f} GiB: " + (
-                f"fits with {self.hbm_margin_bytes / gib:.2f} GiB to spare" if self.fits
-                else f"does NOT fit, over by {-self.hbm_margin_bytes / gib:.2f} GiB"),
+            f"  HBM     {self.usable_hbm_bytes / gib:.1f} GiB usable ({self.mem_fraction:.2f} of "
+            f"{self.hbm_bytes / gib:.1f} GiB): " + (
+                f"fits with {self.margin_bytes / gib:.2f} GiB to spare" if self.fits
+                else f"does NOT fit, over by {-self.margin_bytes / gib:.2f} GiB"),
+            f"  flags   {self.flag_set.describe()}",
         ]
+        checks = self.offload.checks
+        if checks.verdict != "none":
+            lines.append(f"  offload memcpy descriptors: {checks.verdict}" + (
+                f" ({checks.warning()})" if checks.warning() else ""))
         if not self.offload_modelled:
             lines.append("  note    CPU backend: host offload is not modelled (host bytes are always 0 here)")
         return "\n".join(lines)
@@ -345,41 +385,76 @@ class CompileReport:
         return self.summary()
 
 
-def compile(fn: Callable, *args, placement: Placement, flags: str | Mapping[str, Any] | None = None,
-            dump: bool | str | Path = False, static_argnums=(), donate_argnums=()) -> CompileReport:
+def compile(fn: Callable, *args, placement: Placement,
+            flags: str | Mapping[str, Any] | xla_flags.FlagSet | None = None, workarounds: bool = True,
+            dump: bool | str | Path = False, static_argnums=(), donate_argnums=(),
+            host_arguments: Sequence[bool] | None = None) -> CompileReport:
     """Lower and compile ``fn`` for ``placement`` with abstract ``args``; return the report.
 
-    ``args`` are pytrees of ``jax.ShapeDtypeStruct`` (see ``Placement.abstract``). ``flags``
-    are XLA flags (an ``XLA_FLAGS`` string or a dict), validated first and applied to this
-    compile only. ``dump=True`` also reads XLA's buffer assignment and live ranges into
-    ``report.dump`` (from a temporary folder, removed afterwards); a path keeps the files there.
+    ``args`` are pytrees of ``jax.ShapeDtypeStruct`` (see ``Placement.abstract``). ``flags`` are
+    XLA flags for this compile only, validated first (see ``flags.resolve``): by default MaxText's
+    GPU flags (``maxtext_gpu``); ``"none"`` for XLA's defaults; flags alone go on top of the
+    default. ``workarounds`` adds the lab's fixes for the installed jaxlib (named in the report).
+    ``dump=True`` also reads XLA's buffer assignment, live ranges and the scheduler's estimated
+    schedule into ``report.dump`` (from a temporary folder, removed afterwards); a path keeps them.
+    ``host_arguments``: one flag per leaf of ``args`` (``jax.tree.leaves``), True for arrays that
+    live in pinned host memory between steps (MaxText's optimizer and parameter offload).
     """
     warn_if_xla_flags_changed()
-    options = xla_flags.to_compiler_options(xla_flags.parse(flags or {}))
+    flag_set = xla_flags.resolve(flags, workarounds=workarounds)
+    options = flag_set.compiler_options()
     if hasattr(fn, "lower") and (static_argnums or donate_argnums):
         raise ValueError("fn is already jitted: give static_argnums/donate_argnums to jax.jit, not to compile()")
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn, static_argnums=static_argnums, donate_argnums=donate_argnums)
     dump_dir = (tempfile.mkdtemp(prefix="xla_dump_") if dump is True else str(dump)) if dump else None
     if dump_dir:
-        options = {**options, "xla_dump_to": dump_dir}
+        options = {**options, "xla_dump_to": dump_dir, "xla_dump_hlo_as_text": True,
+                   "xla_dump_latency_hiding_schedule": True}
     try:
         with stderr.capture() as log:
             start = time.perf_counter()
             with jax.set_mesh(placement.mesh):
                 lowered = jitted.lower(*args)
+            if host_arguments is not None:
+                _mark_host_arguments(lowered, host_arguments, len(jax.tree.leaves(args)))
             try:
                 compiled = lowered.compile(compiler_options=options)
             except Exception as err:  # XLA reports bad flag values as JaxRuntimeError
                 first = str(err).splitlines()[0]
                 raise ValueError(f"XLA refused the compile for {placement.target.name}: {first}") from None
             seconds = time.perf_counter() - start
-        return _report(compiled, placement, seconds, options, log.text, dump_dir)
+        return _report(compiled, placement, seconds, flag_set, log.text, dump_dir)
     finally:
         if dump is True:
             shutil.rmtree(dump_dir, ignore_errors=True)
 
 
-def _report(compiled, placement: Placement, seconds: float, options: dict, log: str, dump_dir: str | None) -> CompileReport:
+def _mark_host_arguments(lowered, host: Sequence[bool], count: int) -> None:
+    """Put the flagged arguments in pinned host memory: write ``mhlo.memory_kind = "pinned_host"``
+    on them in the lowered module, what JAX writes for a ``pinned_host`` sharding on a GPU. (The
+    compile-only topology's devices report no memory kinds, so a ``NamedSharding`` there drops
+    ``memory_kind``: the attribute is the only way to say it.)"""
+    from jax._src.lib.mlir import ir
+
+    if len(host) != count:
+        raise ValueError(f"host_arguments has {len(host)} flags for {count} argument leaves")
+    lowering = lowered._lowering  # jax.stages.Lowered keeps the module it compiles here
+    kept = sorted(lowering.compile_args.get("kept_var_idx") or range(count))
+    module = lowering.stablehlo()
+    with module.context:
+        main = next(op for op in module.body.operations
+                    if "sym_name" in op.attributes and ir.StringAttr(op.attributes["sym_name"]).value == "main")
+        attrs = list(main.attributes["arg_attrs"])
+        for position, leaf in enumerate(kept):
+            if host[leaf]:
+                entries = {a.name: a.attr for a in ir.DictAttr(attrs[position])}
+                entries["mhlo.memory_kind"] = ir.StringAttr.get("pinned_host")
+                attrs[position] = ir.DictAttr.get(entries)
+        main.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
+
+
+def _report(compiled, placement: Placement, seconds: float, flag_set: xla_flags.FlagSet, log: str,
+            dump_dir: str | None) -> CompileReport:
     stats = compiled.memory_analysis()
     text = compiled.as_text()
     module = hlo.parse_module(text)
@@ -405,13 +480,15 @@ def _report(compiled, placement: Placement, seconds: float, options: dict, log: 
         num_devices=placement.num_devices,
         mesh=dict(placement.mesh.shape),
         hbm_bytes=target.gpu.hbm_bytes,
+        mem_fraction=target.mem_fraction,
+        usable_hbm_bytes=target.usable_hbm_bytes,
         device=device,
         host=host,
-        offload=hlo.offload_summary(module),
+        offload=dataclasses.replace(hlo.offload_summary(module), checks=descriptors.check(module)),
         collectives=hlo.collective_summary(module),
         flops=hlo.flop_summary(module),
         compile_seconds=seconds,
-        flags={k: v for k, v in options.items() if k != "xla_dump_to"},
+        flag_set=flag_set,
         hlo_text=text,
         compiler_log=log,
         dump=xla_dump.read(Path(dump_dir)) if dump_dir else None,

@@ -20,6 +20,7 @@ import math
 import re
 from collections import Counter, defaultdict
 from functools import cached_property
+from typing import Any
 
 HOST_MEMORY_SPACE = 5
 
@@ -51,6 +52,18 @@ class ArrayShape:
     dtype: str
     dims: tuple[int, ...]
     memory_space: int = 0
+    # the layout (None when the text gives none); not part of a shape's identity
+    minor_to_major: tuple[int, ...] | None = dataclasses.field(default=None, compare=False)
+
+    @property
+    def byte_strides(self) -> tuple[int, ...]:
+        """Bytes between consecutive indices of each dimension, from the layout (row-major without one)."""
+        order = self.minor_to_major if self.minor_to_major is not None else tuple(reversed(range(len(self.dims))))
+        strides, step = [0] * len(self.dims), DTYPE_BITS.get(self.dtype, 0) // 8
+        for d in order:
+            strides[d] = step
+            step *= self.dims[d]
+        return tuple(strides)
 
     @property
     def elements(self) -> int:
@@ -124,7 +137,12 @@ def _parse_shape_prefix(text: str) -> tuple[Shape, str]:
         raise ValueError(f"not a shape: {text[:40]!r}")
     dtype, dims, layout = m.group(1), m.group(2), m.group(3) or ""
     space = re.search(r"S\((\d+)\)", layout)
-    shape = ArrayShape(dtype, tuple(int(d) for d in dims.split(",") if d), int(space.group(1)) if space else 0)
+    order = re.match(r"\{([0-9,]*)", layout)
+    minor_to_major = tuple(int(d) for d in order.group(1).split(",") if d) if order else None
+    dims_tuple = tuple(int(d) for d in dims.split(",") if d)
+    if minor_to_major is not None and sorted(minor_to_major) != list(range(len(dims_tuple))):
+        minor_to_major = None
+    shape = ArrayShape(dtype, dims_tuple, int(space.group(1)) if space else 0, minor_to_major)
     return shape, text[m.end():]
 
 
@@ -400,6 +418,7 @@ class OffloadSummary:
 
     host_buffers: int  # S(5) buffers: allocated ones, host copies, host-resident entry parameters
     transfers: tuple[HostTransfer, ...]
+    checks: Any = None  # companion.descriptors.DescriptorChecks, filled in by the compiler
 
     def count(self, direction: str, kind: str | None = None, is_async: bool | None = None) -> int:
         return sum(1 for t in self.transfers if t.direction == direction
@@ -582,6 +601,8 @@ def dot_flops(module: HloModule, instr: Instruction) -> float:
         numbers = instr.backend_config.get("gemm_backend_config", {}).get("dot_dimension_numbers", {})
         contracting = math.prod(lhs.dims[int(d)] for d in numbers.get("lhs_contracting_dimensions", []))
         return 2.0 * out.elements * contracting
+    if instr.opcode == "custom-call" and instr.custom_call_target.startswith(_CUDNN_ATTENTION):
+        return cudnn_attention_flops(module, instr)
     if instr.opcode == "convolution" and len(operands) > 1:
         kernel = flatten_shape(operands[1])[0]
         labels = instr.attrs.get("dim_labels", "")
@@ -590,6 +611,25 @@ def dot_flops(module: HloModule, instr: Instruction) -> float:
         # each output element sums over the kernel's window and (per-group) input features
         return 2.0 * out.elements * kernel.elements / out_feature
     return 0.0
+
+
+_CUDNN_ATTENTION = "__cudnn$fmha"
+
+
+def cudnn_attention_flops(module: HloModule, instr: Instruction) -> float:
+    """Matmul FLOPs of cuDNN's fused attention (``__cudnn$fmha*`` custom calls; forward, or
+    ``...Backward``): q ``[b, s, h, d]``, k ``[b, t, h_kv, d]``, v ``[b, t, h_kv, d_v]`` in JAX's
+    BTNH layout. Forward: QK^T and PV; backward: QK^T recomputed, dV, dP, dQ and dK. A causal mask
+    counts the s(s+1)/2 pairs at or below the diagonal (the tiles cuDNN skips are not work)."""
+    operands = [flatten_shape(s)[0] for s in module.operand_shapes(instr)[:3]]
+    if len(operands) < 3 or any(len(o.dims) != 4 for o in operands):
+        return 0.0
+    (b, s, h, d), (_, t, _, _), (_, _, _, dv) = (o.dims for o in operands)
+    config = instr.backend_config.get("cudnn_fmha_backend_config", {})
+    causal = config.get("mask_type", "") in ("CAUSAL", "PADDING_CAUSAL") and s == t
+    pairs = s * (s + 1) / 2 if causal else s * t
+    per_pair = (3 * d + 2 * dv) if instr.custom_call_target.endswith("Backward") else (d + dv)
+    return 2.0 * b * h * pairs * per_pair
 
 
 def phase_of(op_name: str) -> str:

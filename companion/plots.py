@@ -14,9 +14,10 @@ COLORS = {"parameters": "#4C72B0", "optimizer": "#8172B2", "gradients": "#C44E52
           "working": "#DD8452", "logits": "#937860", "batch": "#8C8C8C", "host": "#64B5CD"}
 
 
-def budget_bars(budgets: Mapping[str, Budget], *, hbm_bytes: int | None = None,
+def budget_bars(budgets: Mapping[str, Budget], *, hbm_bytes: int | None = None, hbm_label: str | None = None,
                 compiled: Mapping[str, float] | None = None, title: str = "", host: bool = True, ax=None):
-    """Stacked bars per device by category (+ host offload beside), an HBM line and XLA's numbers."""
+    """Stacked bars per device by category (+ host offload beside), an HBM line (usable HBM, as
+    ``hbm_label`` says) and XLA's numbers."""
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(max(6, 1.5 * len(budgets) + 3), 4.2))
     labels = list(budgets)
     for i, label in enumerate(labels):
@@ -36,7 +37,8 @@ def budget_bars(budgets: Mapping[str, Budget], *, hbm_bytes: int | None = None,
             ax.plot([i - 0.3, i + 0.3], [compiled[label] / GiB] * 2, color="black", lw=2.5,
                     label="XLA (compiled)" if label == next(lb for lb in labels if lb in compiled) else None)
     if hbm_bytes:
-        ax.axhline(hbm_bytes / GiB, color="red", ls="--", lw=1.2, label=f"HBM {hbm_bytes / GiB:.0f} GiB")
+        ax.axhline(hbm_bytes / GiB, color="red", ls="--", lw=1.2,
+                   label=f"{hbm_label or 'HBM'}: {hbm_bytes / GiB:.0f} GiB")
     ax.set_xticks(range(len(labels)), labels, rotation=15 if len(labels) > 3 else 0, ha="right" if len(labels) > 3 else "center")
     ax.set_ylabel("GiB per device")
     ax.set_title(title)

@@ -37,9 +37,10 @@ def op_seconds(cost: hlo.OpCost, gpu: Gpu) -> float:
     return max(flops_time, cost.bytes / gpu.hbm_bandwidth)
 
 
-def transfer_seconds(nbytes: float, link: HostLink) -> float:
-    """One-way time over the host link."""
-    return link.transfer_seconds(nbytes)
+def transfer_seconds(nbytes: float, link: HostLink, direction: str, concurrent_gpus: int | None = None) -> float:
+    """One-way time over the host link for one GPU, with ``concurrent_gpus`` of the GPUs sharing the
+    link and its host memory transferring at once (default: all of them, as in an SPMD step)."""
+    return link.transfer_seconds(nbytes, direction, concurrent_gpus)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,8 +78,9 @@ class StepTime:
                 "naive_seconds": self.naive_seconds, "overlapped_seconds": self.overlapped_seconds}
 
 
-def step_time(report, target: Target, link: HostLink | None = None) -> StepTime:
-    """Estimate a ``CompileReport``'s step on ``target`` (its host link unless ``link`` is given)."""
+def step_time(report, target: Target, link: HostLink | None = None, concurrent_gpus: int | None = None) -> StepTime:
+    """Estimate a ``CompileReport``'s step on ``target`` (its host link unless ``link`` is given;
+    transfers at the per-GPU bandwidth while ``concurrent_gpus`` sharing GPUs offload, default all)."""
     link = link or target.link
     costs = hlo.op_costs(report.module)
     compute = recompute = 0.0
@@ -90,7 +92,8 @@ def step_time(report, target: Target, link: HostLink | None = None) -> StepTime:
         if cost.phase == "recompute":
             recompute += seconds
     d2h, h2d = report.offload.d2h_bytes_per_step, report.offload.h2d_bytes_per_step
-    return StepTime(compute, recompute, transfer_seconds(d2h, link), transfer_seconds(h2d, link), d2h, h2d, link.key)
+    return StepTime(compute, recompute, transfer_seconds(d2h, link, "d2h", concurrent_gpus),
+                    transfer_seconds(h2d, link, "h2d", concurrent_gpus), d2h, h2d, link.key)
 
 
 def loop_body_seconds(report, target: Target) -> dict[str, tuple[int, float]]:

@@ -29,25 +29,39 @@ def gib(value: float) -> str:
     return f"{value / GiB:,.3f}"
 
 
-def gpus() -> str:
-    """The target catalog: one row per GPU."""
+def gpus(mem_fraction: float = targets.DEFAULT_MEM_FRACTION) -> str:
+    """The target catalog: one row per GPU, with the usable HBM at ``mem_fraction`` and its own host link."""
     rows = []
     for g in targets.GPUS.values():
         rows.append({
             "key": g.key, "GPU": g.name, "HBM (GiB)": f"{g.hbm_bytes / GiB:.1f}",
+            f"usable at {mem_fraction:.2f} (GiB)": f"{targets.allocator_limit_bytes(g.hbm_bytes, mem_fraction) / GiB:.1f}",
             "HBM TB/s": f"{g.hbm_bandwidth / 1e12:.2f}", "bf16 dense TFLOP/s": f"{g.bf16_dense_flops / 1e12:,.0f}",
             "SMs": g.sm_count, "cc": g.cc, "host link": g.host_link.name,
-            "link GB/s each way": f"{g.host_link.per_direction_bytes_per_s / 1e9:,.0f}",
-            "default topology": str(targets.topology(targets.DEFAULT_TOPOLOGY[g.key])),
+            "default topology": str(targets.topology(targets.DEFAULT_TOPOLOGY[g.key], g.gpus_per_host)),
         })
     return markdown(rows)
 
 
 def host_links() -> str:
-    rows = [{"key": k, "link": link.name, "GB/s bidirectional": f"{link.bidirectional_bytes_per_s / 1e9:,.0f}",
-             "GB/s each way": f"{link.per_direction_bytes_per_s / 1e9:,.0f}", "note": link.note}
-            for k, link in targets.HOST_LINKS.items()]
+    """Each host link: nominal and achievable GB/s per direction, who shares it, and per GPU when all offload."""
+    rows = []
+    for k, link in targets.HOST_LINKS.items():
+        rows.append({
+            "key": k, "link": link.name, "nominal GB/s each way": f"{link.nominal_per_direction / 1e9:,.0f}",
+            "one GPU alone, out / back": f"{link.achievable_d2h / 1e9:,.0f} / {link.achievable_h2d / 1e9:,.0f}",
+            "GPUs per link": link.gpus_per_link,
+            "host memory GB/s (GPUs sharing)": f"{link.host_memory_bytes_per_s / 1e9:,.0f} ({link.gpus_per_host_memory})",
+            "per GPU, all sharing GPUs busy": f"{link.bandwidth_per_gpu('d2h') / 1e9:,.0f} / "
+                                              f"{link.bandwidth_per_gpu('h2d') / 1e9:,.0f}",
+            "used by": ", ".join(g.key for g in targets.GPUS.values() if g.host_link.key == k) or "what-if",
+        })
     return markdown(rows)
+
+
+def link_assumptions() -> str:
+    """What each host link's figures assume (not public), one line each."""
+    return "\n".join(f"- **{link.name}**: {link.assumption}" for link in targets.HOST_LINKS.values() if link.assumption)
 
 
 def reports(named: Mapping[str, Any]) -> str:
@@ -59,6 +73,7 @@ def reports(named: Mapping[str, Any]) -> str:
             "device temp": gib(r.device.temp_bytes), "host temp": gib(r.host.temp_bytes),
             "d2h ops": r.offload.d2h_ops, "h2d ops": r.offload.h2d_ops,
             "GiB to host / step": gib(r.offload.d2h_bytes_per_step),
+            "fits usable HBM": "yes" if r.fits else "no",
         })
     return markdown(rows)
 

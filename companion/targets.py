@@ -1,9 +1,23 @@
-"""GPU targets: datasheet facts, host links, topologies, and the XLA target config text.
+"""GPU targets: datasheet facts, host links as they are shared, topologies, usable HBM, and the
+``GpuTargetConfigProto`` text XLA compiles against.
 
-Everything here is plain data from public sources (NVIDIA datasheets and technical briefs,
-XLA's published ``xla/backends/gpu/target_config/specs``, ``nvidia-smi`` transcripts); the
-``GpuTargetConfigProto`` text that XLA's compile-only CUDA topology needs is rendered from
-these facts by ``Gpu.target_config_text()``, in the field set jaxlib 0.10.2 parses.
+Everything here is plain data from public sources, named in each entry's ``sources``: NVIDIA
+datasheets and technical briefs, XLA's spec files (``xla/backends/gpu/target_config/specs`` at
+the commit jaxlib 0.10.2 pins, 5a9e73cb), ``nvidia-smi`` transcripts, and published bandwidth
+measurements. What is not public is an explicit ``assumption`` on the object that makes it.
+
+* ``Gpu.target_config_text()`` renders the full field set of XLA's own spec files (device info,
+  the scalar and matrix unit rate tables XLA's dot cost model reads, ``model_str``, versions,
+  NVLink links) from these facts. The matrix-unit clock is derived from the datasheet's dense
+  bf16 peak, so XLA's cost model sees the same peak the lab's roofline uses.
+* ``HostLink`` is the path host offload streams over: nominal and achievable bandwidth per
+  direction, how many GPUs share the link, and the host memory behind it (and how many GPUs
+  share that). ``transfer_seconds(nbytes, direction, concurrent_gpus)`` divides both among the
+  GPUs transferring at once; by default every GPU that shares them (an SPMD step offloads on
+  all GPUs together).
+* ``Target`` is a GPU in a topology with its link and the share of HBM JAX's allocator takes
+  (``mem_fraction``, ``XLA_PYTHON_CLIENT_MEM_FRACTION``; default 0.75 as in XLA). Every "fits"
+  verdict compares against ``usable_hbm_bytes``, never the whole card.
 
 Units: bytes, bytes per second, FLOP/s. GiB = 2**30 bytes; GB = 1e9 bytes.
 """
@@ -12,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 
 GB = 10**9
@@ -19,7 +34,7 @@ GiB = 2**30
 MiB = 2**20
 
 
-def _choose(kind: str, name: str, choices) -> ValueError:
+def _choose(kind: str, name, choices) -> ValueError:
     close = difflib.get_close_matches(str(name).lower(), list(choices), n=3, cutoff=0.5)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     return ValueError(f"unknown {kind} {name!r}{hint}; choose one of: {', '.join(choices)}")
@@ -27,45 +42,178 @@ def _choose(kind: str, name: str, choices) -> ValueError:
 
 # ----------------------------------------------------------------------------- host links
 
+DIRECTIONS = ("d2h", "h2d")
+
 
 @dataclasses.dataclass(frozen=True)
 class HostLink:
-    """The link between one GPU and host (CPU) memory, which host offload streams over."""
+    """The path between GPUs and host (CPU) memory that host offload streams over.
+
+    ``achievable_*`` is what one GPU's large pinned copy reaches in that direction when it has the
+    link and the host memory to itself (measured where a measurement is public, else assumed).
+    ``gpus_per_link`` GPUs share the link; ``gpus_per_host_memory`` GPUs share the host memory
+    behind it, whose peak bandwidth (reads and writes together) is ``host_memory_bytes_per_s``.
+    """
 
     key: str
     name: str
-    bidirectional_bytes_per_s: float
-    note: str = ""
+    nominal_per_direction: float  # bytes/s, the datasheet figure
+    achievable_d2h: float  # bytes/s, one GPU alone
+    achievable_h2d: float
+    gpus_per_link: int
+    host_memory_bytes_per_s: float
+    gpus_per_host_memory: int
+    host_memory: str  # what the host memory is
+    sources: tuple[str, ...] = ()
+    assumption: str = ""  # what is not public and assumed here
+    carries_nic_traffic: bool = False  # GPUDirect RDMA of multi-node collectives uses the same link
+
+    def __post_init__(self):
+        for field in ("nominal_per_direction", "achievable_d2h", "achievable_h2d", "host_memory_bytes_per_s"):
+            if not getattr(self, field) > 0:
+                raise ValueError(f"host link {self.key}: {field} must be a positive bandwidth, got {getattr(self, field)!r}")
+        for field in ("gpus_per_link", "gpus_per_host_memory"):
+            if not isinstance(getattr(self, field), int) or getattr(self, field) < 1:
+                raise ValueError(f"host link {self.key}: {field} must be a positive integer, got {getattr(self, field)!r}")
+
+    @property
+    def bidirectional_bytes_per_s(self) -> float:
+        return 2 * self.nominal_per_direction
 
     @property
     def per_direction_bytes_per_s(self) -> float:
-        return self.bidirectional_bytes_per_s / 2
+        """Nominal bytes/s each way (the datasheet's bidirectional figure / 2)."""
+        return self.nominal_per_direction
 
-    def transfer_seconds(self, nbytes: float) -> float:
-        """Time to move ``nbytes`` one way (offload writes and prefetch reads can overlap)."""
-        return nbytes / self.per_direction_bytes_per_s
+    @property
+    def sharing_gpus(self) -> int:
+        """GPUs that contend for this link or the memory behind it when all of them offload."""
+        return max(self.gpus_per_link, self.gpus_per_host_memory)
 
+    def bandwidth_per_gpu(self, direction: str, concurrent_gpus: int | None = None) -> float:
+        """Bytes/s one GPU gets in ``direction`` while ``concurrent_gpus`` GPUs of the sharing group
+        move data at once (default: all of them, as in an SPMD training step)."""
+        if direction not in DIRECTIONS:
+            raise ValueError(f"unknown transfer direction {direction!r}; choose one of: {', '.join(DIRECTIONS)}")
+        n = self.sharing_gpus if concurrent_gpus is None else concurrent_gpus
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"concurrent_gpus must be a positive integer, got {concurrent_gpus!r}")
+        alone = self.achievable_d2h if direction == "d2h" else self.achievable_h2d
+        link_share = alone / min(n, self.gpus_per_link)
+        memory_share = self.host_memory_bytes_per_s / min(n, self.gpus_per_host_memory)
+        return min(link_share, memory_share)
+
+    def transfer_seconds(self, nbytes: float, direction: str, concurrent_gpus: int | None = None) -> float:
+        """Seconds to move ``nbytes`` one way for one GPU (see ``bandwidth_per_gpu``)."""
+        return nbytes / self.bandwidth_per_gpu(direction, concurrent_gpus)
+
+    def describe(self, concurrent_gpus: int | None = None) -> str:
+        n = self.sharing_gpus if concurrent_gpus is None else concurrent_gpus
+        return (f"{self.name}: {self.nominal_per_direction / GB:.0f} GB/s nominal each way; per GPU with {n} of "
+                f"{self.sharing_gpus} sharing GPU(s) busy: {self.bandwidth_per_gpu('d2h', n) / GB:.0f} GB/s out, "
+                f"{self.bandwidth_per_gpu('h2d', n) / GB:.0f} GB/s back")
+
+    def to_dict(self) -> dict:
+        return {"key": self.key, "name": self.name,
+                "nominal_gb_per_s_per_direction": self.nominal_per_direction / GB,
+                "achievable_gb_per_s": {"d2h": self.achievable_d2h / GB, "h2d": self.achievable_h2d / GB},
+                "gpus_per_link": self.gpus_per_link,
+                "host_memory_gb_per_s": self.host_memory_bytes_per_s / GB,
+                "gpus_per_host_memory": self.gpus_per_host_memory, "host_memory": self.host_memory,
+                "per_gpu_gb_per_s_all_sharing": {d: self.bandwidth_per_gpu(d) / GB for d in DIRECTIONS},
+                "per_gpu_gb_per_s_alone": {d: self.bandwidth_per_gpu(d, 1) / GB for d in DIRECTIONS},
+                "carries_nic_traffic": self.carries_nic_traffic, "assumption": self.assumption,
+                "sources": list(self.sources)}
+
+
+_GRACE_C2C_MEASURED = "GH200 480GB host<->device over NVLink-C2C: 380 GB/s H2D, 296 GB/s D2H (OpenCL benchmark transcript)"
 
 HOST_LINKS: dict[str, HostLink] = {
     link.key: link
     for link in (
-        HostLink("pcie5_x16", "PCIe Gen5 x16", 128 * GB,
-                 "32 GT/s x 16 lanes: 64 GB/s each way (about 55 GB/s measured with pinned memory)"),
-        HostLink("nvlink_c2c", "NVLink-C2C (Grace-Blackwell)", 900 * GB,
-                 "NVIDIA quotes 900 GB/s bidirectional per GB200 superchip (1 Grace + 2 GPUs); "
-                 "no public per-GPU split, modelled here as one GPU's link"),
-        HostLink("nvlink_c2c_vera_rubin", "NVLink-C2C (Vera Rubin)", 1800 * GB,
-                 "announced 1.8 TB/s bidirectional CPU-GPU link of the Vera Rubin platform; preliminary"),
+        HostLink(
+            "pcie5_x16", "PCIe Gen5 x16 (HGX)", nominal_per_direction=64 * GB,
+            achievable_d2h=55.2 * GB, achievable_h2d=55.4 * GB, gpus_per_link=1,
+            host_memory_bytes_per_s=281.6 * GB, gpus_per_host_memory=4,
+            host_memory="one Xeon socket's DDR5 (8 channels, 2 DIMMs each: DDR5-4400) behind 4 GPUs",
+            sources=("PCIe 5.0: 32 GT/s x 16 lanes = 64 GB/s each way (63 after 128b/130b encoding)",
+                     "nvbandwidth v0.10 CE copies on 8x H100 80GB HBM3, all GPUs at once: 55.4 GB/s H2D, 55.2 GB/s D2H",
+                     "DGX H100/B200 user guides: 2 sockets, 4 GPUs and 4 ConnectX-7 400 Gb/s NICs per socket"),
+            assumption="host DRAM at DDR5-4400 (2 DIMMs per channel, as a 32-DIMM DGX is populated): 281.6 GB/s "
+                       "per socket; not limiting at 55 GB/s per GPU x 4",
+            carries_nic_traffic=True),
+        HostLink(
+            "nvlink_c2c_gh200", "NVLink-C2C (GH200)", nominal_per_direction=450 * GB,
+            achievable_d2h=296 * GB, achievable_h2d=380 * GB, gpus_per_link=1,
+            host_memory_bytes_per_s=512 * GB, gpus_per_host_memory=1,
+            host_memory="one Grace's LPDDR5X (480 GB) behind one H100",
+            sources=("NVIDIA GH200 datasheet: NVLink-C2C 900 GB/s bidirectional; LPDDR5X up to 512 GB/s",
+                     _GRACE_C2C_MEASURED)),
+        HostLink(
+            "nvlink_c2c_gb200", "NVLink-C2C (GB200, shared)", nominal_per_direction=450 * GB,
+            achievable_d2h=296 * GB, achievable_h2d=380 * GB, gpus_per_link=2,
+            host_memory_bytes_per_s=512 * GB, gpus_per_host_memory=2,
+            host_memory="one Grace's LPDDR5X (480 GB) behind two B200",
+            sources=("NVIDIA GB200 NVL72 datasheet: one Grace + two B200 per superchip over NVLink-C2C 900 GB/s; "
+                     "17 TB / 18.4 TB/s LPDDR5X per 36 Grace = 480 GB / 512 GB/s each",),
+            assumption="how the superchip's 900 GB/s C2C and Grace's 512 GB/s divide between its two GPUs is not "
+                       "public: modelled as one 450 GB/s-per-direction link both GPUs share (each gets half when "
+                       "both transfer; concurrent_gpus=1 is the what-if of one GPU alone); one GPU alone is "
+                       "assumed to reach what a GH200 measures (380 / 296 GB/s)"),
+        HostLink(
+            "nvlink_c2c_vera_rubin", "NVLink-C2C (Vera Rubin, shared)", nominal_per_direction=900 * GB,
+            achievable_d2h=2 * 296 * GB, achievable_h2d=2 * 380 * GB, gpus_per_link=2,
+            host_memory_bytes_per_s=1200 * GB, gpus_per_host_memory=2,
+            host_memory="one Vera's LPDDR5X (SOCAMM, up to 1.5 TB) behind two Rubin GPUs",
+            sources=("NVIDIA Vera Rubin announcements (secondary sources): NVLink-C2C 1.8 TB/s bidirectional, "
+                     "Vera LPDDR5X up to 1.5 TB at 1.2 TB/s, one Vera per two Rubin GPUs",),
+            assumption="preliminary figures; shared between the two GPUs like GB200's; achievable = GH200's measured "
+                       "efficiency at twice the link. A what-if link: no Rubin GPU target exists in this XLA"),
     )
 }
 
 
-def host_link(key: str) -> HostLink:
+def host_link(key: str | HostLink) -> HostLink:
     if isinstance(key, HostLink):
         return key
     if key not in HOST_LINKS:
         raise _choose("host link", key, HOST_LINKS)
     return HOST_LINKS[key]
+
+
+# ----------------------------------------------------------------------------- GPU architectures
+
+# Rate tables of XLA's GpuDeviceInfoProto: PrimitiveType number -> (units per SM, ops per clock per
+# unit). Taken from XLA's spec files at 5a9e73cb (h100_sxm/h200 for Hopper, b200/gb200 for
+# Blackwell); XLA's dot cost model reads the matrix table (flops = clock x ops x 2 x SMs x units).
+# Keys: 2 s8, 4 s32, 6 u8, 8 u32, 10 f16, 11 f32, 12 f64, 16 bf16, 19 f8e5m2, 20 f8e4m3fn,
+# 23-25 and 28-29 the other fp8 types, 32 f4e2m1fn, 33 f8e8m0fnu, 35-36 as in XLA's files.
+_FP8_KEYS = (2, 6, 19, 20, 23, 24, 25, 28, 29, 33, 35, 36)
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+    name: str
+    scalar_units: dict[int, tuple[int, int]]  # dtype key -> (units per SM, ops per clock), at the SM clock
+    matrix_units: dict[int, tuple[int, int]]  # dtype key -> (tensor cores per SM, ops per clock), tensor clock
+    fp64_matrix_key: int = 12  # the one matrix rate XLA's files give at the SM clock
+
+    def bf16_ops_per_sm_per_clock(self) -> int:
+        units, ops = self.matrix_units[16]
+        return units * ops
+
+
+HOPPER = Architecture(
+    "hopper",
+    scalar_units={4: (64, 1), 8: (64, 1), 10: (128, 2), 11: (128, 1), 12: (64, 1), 16: (128, 2)},
+    matrix_units={**{k: (4, 1024) for k in _FP8_KEYS}, 10: (4, 512), 11: (4, 256), 12: (4, 32), 16: (4, 512)},
+)
+BLACKWELL = Architecture(
+    "blackwell",
+    scalar_units={4: (64, 1), 8: (64, 1), 10: (128, 1), 11: (128, 1), 12: (64, 1), 16: (128, 1)},
+    matrix_units={**{k: (4, 2048) for k in _FP8_KEYS}, 10: (4, 1024), 11: (4, 512), 12: (4, 16), 16: (4, 1024),
+                  32: (4, 4096)},
+)
 
 
 # ----------------------------------------------------------------------------- GPUs
@@ -78,22 +226,26 @@ class Gpu:
     key: str
     name: str
     device_kind: str  # what the CUDA driver (and jax's device.device_kind) calls it
-    hbm_bytes: int  # CUDA total memory (what XLA and the allocator see)
+    hbm_bytes: int  # CUDA total memory (cuDeviceTotalMem: what XLA and the allocator see)
     hbm_marketing: str
     hbm_bandwidth: float  # bytes/s
     bf16_dense_flops: float  # FLOP/s, tensor cores, no sparsity
     fp8_dense_flops: float
     sm_count: int
     clock_ghz: float  # boost clock XLA's cost model uses
+    memory_clock_ghz: float  # HBM clock as CUDA reports it (only for model_str)
     compute_capability: tuple[int, int]
     l2_bytes: int
+    architecture: Architecture
     host_link: HostLink
-    host_memory_per_gpu_bytes: int  # typical system RAM per GPU in the reference system
+    host_memory_per_gpu_bytes: int  # system RAM per GPU in the reference system
     nvlink_bidirectional_bytes_per_s: float
+    nvlink_links: int
     tdp_watts: int
     system: str  # the reference system the host figures come from
     gpus_per_host: int  # GPUs per host (an HGX board: 8; a GB200 compute tray: 4)
     sources: tuple[str, ...] = ()
+    assumption: str = ""
     shared_memory_per_sm: int = 233472  # 228 KiB (Hopper and Blackwell)
     shared_memory_per_block_optin: int = 232448  # 227 KiB
     fp32_cores_per_sm: int = 128
@@ -103,14 +255,40 @@ class Gpu:
     def cc(self) -> str:
         return f"{self.compute_capability[0]}.{self.compute_capability[1]}"
 
+    @property
+    def tensor_clock_ghz(self) -> float:
+        """The matrix-unit clock at which XLA's rate table gives the datasheet's dense bf16 peak."""
+        return self.bf16_dense_flops / (2 * self.sm_count * self.architecture.bf16_ops_per_sm_per_clock() * 1e9)
+
     def matches_device_kind(self, device_kind: str) -> bool:
         return device_kind.strip().lower().startswith(self.device_kind.lower())
 
-    def target_config_text(self, cuda_runtime: tuple[int, int, int] = (12, 8, 0),
+    def target_config_text(self, device_memory_size: int | None = None, cuda_runtime: tuple[int, int, int] = (12, 8, 0),
                            cudnn: tuple[int, int] = (9, 7)) -> str:
-        """``GpuTargetConfigProto`` text for XLA's compile-only CUDA topology."""
+        """``GpuTargetConfigProto`` text for XLA's compile-only CUDA topology: the field set of
+        XLA's own spec files, rendered from this GPU's facts.
+
+        ``device_memory_size`` (default: the CUDA total) is what XLA's compile-only memory limit is
+        based on (80 % of it); ``Target.target_config_text`` sets it so that the limit equals the
+        one JAX's allocator gives on a real GPU.
+        """
         major, minor = self.compute_capability
         minor_line = f"\n    minor: {minor}" if minor else ""
+        memory = self.hbm_bytes if device_memory_size is None else int(device_memory_size)
+        clock, tensor_clock = self.clock_ghz, self.tensor_clock_ghz
+
+        def rates(table: dict, matrix: bool) -> str:
+            out = []
+            for key, (units, ops) in sorted(table.items()):
+                at = clock if (not matrix or key == self.architecture.fp64_matrix_key) else tensor_clock
+                out.append(f"    rate_infos {{\n      key: {key}\n      value {{\n        clock_rate_ghz: {at:.7g}\n"
+                           f"        units_per_core: {units}\n        ops_per_clock: {ops}\n      }}\n    }}")
+            return "\n".join(out)
+
+        cc_text = f"{major}.{minor}a"
+        model = (f"sm_{cc_text} with {self.hbm_bytes}B RAM, {self.sm_count} cores, {round(clock * 1e6)}KHz clock, "
+                 f"{round(self.memory_clock_ghz * 1e6)}KHz mem clock, {self.l2_bytes}B L2$")
+        runtime = ".".join(map(str, cuda_runtime))
         return f"""gpu_device_info {{
   threads_per_block_limit: 1024
   threads_per_warp: 32
@@ -124,8 +302,8 @@ class Gpu:
   block_dim_limit_z: 65535
   memory_bandwidth: {int(self.hbm_bandwidth)}
   l2_cache_size: {self.l2_bytes}
-  clock_rate_ghz: {self.clock_ghz}
-  device_memory_size: {self.hbm_bytes}
+  clock_rate_ghz: {clock}
+  device_memory_size: {memory}
   shared_memory_per_block_optin: {self.shared_memory_per_block_optin}
   cuda_compute_capability {{
     major: {major}{minor_line}
@@ -133,6 +311,28 @@ class Gpu:
   }}
   registers_per_core_limit: 65536
   registers_per_block_limit: 65536
+  scalar_unit_description {{
+{rates(self.architecture.scalar_units, matrix=False)}
+  }}
+  matrix_unit_description {{
+{rates(self.architecture.matrix_units, matrix=True)}
+  }}
+  thread_dim_limit_x: 1024
+  thread_dim_limit_y: 1024
+  thread_dim_limit_z: 64
+  device_vendor: "NVIDIA Corporation"
+  platform_version: "Compute Capability {cc_text}"
+  model_str: "{model}"
+  device_address_bits: 64
+  pcie_bandwidth: {int(self.host_link.nominal_per_direction)}
+  ecc_enabled: true
+  name: "{self.device_kind}"
+  runtime_version: "{runtime}"
+  compile_time_toolkit_version: "{runtime}"
+  dnn_version: "{cudnn[0]}.{cudnn[1]}.0"
+  device_interconnect_info {{
+    active_links: {self.nvlink_links}
+  }}
 }}
 platform_name: "CUDA"
 dnn_version_info {{
@@ -148,18 +348,19 @@ device_description_str: "{self.device_kind}"
 """
 
     def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["host_link"] = self.host_link.key
-        d["host_link_bidirectional_bytes_per_s"] = self.host_link.bidirectional_bytes_per_s
-        d["host_link_per_direction_bytes_per_s"] = self.host_link.per_direction_bytes_per_s
-        d["compute_capability"] = self.cc
-        d["sources"] = list(self.sources)
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+             if f.name not in ("host_link", "architecture", "sources")}
+        d.update(architecture=self.architecture.name, host_link=self.host_link.key,
+                 host_link_bidirectional_bytes_per_s=self.host_link.bidirectional_bytes_per_s,
+                 host_link_per_direction_bytes_per_s=self.host_link.per_direction_bytes_per_s,
+                 compute_capability=self.cc, tensor_clock_ghz=round(self.tensor_clock_ghz, 4),
+                 sources=list(self.sources))
         return d
 
 
 _HOPPER_SOURCES = (
     "NVIDIA H100 Tensor Core GPU datasheet / Hopper architecture whitepaper",
-    "XLA xla/backends/gpu/target_config/specs/h100_sxm.txtpb",
+    "XLA xla/backends/gpu/target_config/specs/h100_sxm.txtpb (5a9e73cb)",
 )
 
 GPUS: dict[str, Gpu] = {
@@ -169,46 +370,66 @@ GPUS: dict[str, Gpu] = {
             key="h100", name="H100 SXM5 80GB", device_kind="NVIDIA H100 80GB HBM3",
             hbm_bytes=84_942_979_072, hbm_marketing="80 GB HBM3", hbm_bandwidth=3.35e12,
             bf16_dense_flops=989.4e12, fp8_dense_flops=1978.9e12, sm_count=132, clock_ghz=1.98,
-            compute_capability=(9, 0), l2_bytes=50 * MiB, host_link=HOST_LINKS["pcie5_x16"],
-            host_memory_per_gpu_bytes=256 * GB, nvlink_bidirectional_bytes_per_s=900 * GB, tdp_watts=700,
+            memory_clock_ghz=2.619, compute_capability=(9, 0), l2_bytes=50 * MiB, architecture=HOPPER,
+            host_link=HOST_LINKS["pcie5_x16"], host_memory_per_gpu_bytes=256 * GB,
+            nvlink_bidirectional_bytes_per_s=900 * GB, nvlink_links=18, tdp_watts=700,
             system="DGX H100 (8 GPUs, 2 TB system memory)", gpus_per_host=8, sources=_HOPPER_SOURCES,
         ),
         Gpu(
             key="h200", name="H200 SXM 141GB", device_kind="NVIDIA H200",
-            # nvidia-smi shows 143771 MiB; the CUDA total sits ~550 MiB below (as on H100/B200/GB200).
             hbm_bytes=(143_771 - 550) * MiB, hbm_marketing="141 GB HBM3e", hbm_bandwidth=4.8e12,
             bf16_dense_flops=989.4e12, fp8_dense_flops=1978.9e12, sm_count=132, clock_ghz=1.98,
-            compute_capability=(9, 0), l2_bytes=50 * MiB, host_link=HOST_LINKS["pcie5_x16"],
-            host_memory_per_gpu_bytes=256 * GB, nvlink_bidirectional_bytes_per_s=900 * GB, tdp_watts=700,
+            memory_clock_ghz=3.75, compute_capability=(9, 0), l2_bytes=50 * MiB, architecture=HOPPER,
+            host_link=HOST_LINKS["pcie5_x16"], host_memory_per_gpu_bytes=256 * GB,
+            nvlink_bidirectional_bytes_per_s=900 * GB, nvlink_links=18, tdp_watts=700,
             system="DGX H200 (8 GPUs, 2 TB system memory)", gpus_per_host=8,
             sources=("NVIDIA H200 Tensor Core GPU datasheet", "nvidia-smi: 143771 MiB total",
-                     "XLA xla/backends/gpu/target_config/specs/h200.txtpb"),
+                     "XLA xla/backends/gpu/target_config/specs/h200.txtpb (5a9e73cb)"),
+            assumption="CUDA total = nvidia-smi's 143771 MiB minus 550 MiB, the gap measured on H100 (551 MiB; "
+                       "717 MiB on B200): within 0.2 % (XLA's own spec file gives a synthetic 141 GiB)",
+        ),
+        Gpu(
+            key="gh200", name="GH200 Grace Hopper (96 GB HBM3)", device_kind="NVIDIA GH200 480GB",
+            hbm_bytes=(97_871 - 551) * MiB, hbm_marketing="96 GB HBM3", hbm_bandwidth=4.0e12,
+            bf16_dense_flops=989.4e12, fp8_dense_flops=1978.9e12, sm_count=132, clock_ghz=1.98,
+            memory_clock_ghz=2.62, compute_capability=(9, 0), l2_bytes=60 * MiB, architecture=HOPPER,
+            host_link=HOST_LINKS["nvlink_c2c_gh200"], host_memory_per_gpu_bytes=480 * GB,
+            nvlink_bidirectional_bytes_per_s=900 * GB, nvlink_links=18, tdp_watts=1000,
+            system="quad GH200 node (4 superchips, each one Grace with 480 GB LPDDR5X and one H100)",
+            gpus_per_host=4,
+            sources=("NVIDIA GH200 Grace Hopper Superchip datasheet: 96 GB HBM3 at 4 TB/s, 990 TFLOP/s dense "
+                     "BF16, 480 GB LPDDR5X, NVLink-C2C 900 GB/s",
+                     "nvidia-smi (driver 570.124): 'NVIDIA GH200 480GB', 97871 MiB; CUDA: 132 SMs, 1.98 GHz, L2 60 MB"),
+            assumption="CUDA total = nvidia-smi's 97871 MiB minus the 551 MiB gap measured on H100 (no public "
+                       "cuDeviceTotalMem transcript); XLA has no GH200 spec file, so the Hopper rate tables apply",
         ),
         Gpu(
             key="b200", name="B200 (HGX/DGX B200)", device_kind="NVIDIA B200",
             hbm_bytes=191_514_411_008, hbm_marketing="180 GB HBM3e", hbm_bandwidth=8.0e12,
             bf16_dense_flops=2.25e15, fp8_dense_flops=4.5e15, sm_count=148, clock_ghz=1.965,
-            compute_capability=(10, 0), l2_bytes=132_644_864, host_link=HOST_LINKS["pcie5_x16"],
-            host_memory_per_gpu_bytes=256 * GB, nvlink_bidirectional_bytes_per_s=1800 * GB, tdp_watts=1000,
+            memory_clock_ghz=3.996, compute_capability=(10, 0), l2_bytes=132_644_864, architecture=BLACKWELL,
+            host_link=HOST_LINKS["pcie5_x16"], host_memory_per_gpu_bytes=256 * GB,
+            nvlink_bidirectional_bytes_per_s=1800 * GB, nvlink_links=18, tdp_watts=1000,
             system="DGX B200 (8 GPUs, 2 TB system memory)", gpus_per_host=8,
             sources=("NVIDIA DGX B200 / HGX B200 datasheet (dense = half the sparse figures)",
-                     "XLA xla/backends/gpu/target_config/specs/b200.txtpb"),
+                     "XLA xla/backends/gpu/target_config/specs/b200.txtpb (5a9e73cb)"),
         ),
         Gpu(
             key="gb200", name="GB200 NVL72 (Blackwell GPU)", device_kind="NVIDIA GB200",
             hbm_bytes=197_897_748_480, hbm_marketing="186 GB HBM3e", hbm_bandwidth=8.0e12,
             bf16_dense_flops=2.5e15, fp8_dense_flops=5.0e15, sm_count=152, clock_ghz=2.062,
-            compute_capability=(10, 0), l2_bytes=135_528_448, host_link=HOST_LINKS["nvlink_c2c"],
-            host_memory_per_gpu_bytes=240 * GB, nvlink_bidirectional_bytes_per_s=1800 * GB, tdp_watts=1200,
+            memory_clock_ghz=3.996, compute_capability=(10, 0), l2_bytes=135_528_448, architecture=BLACKWELL,
+            host_link=HOST_LINKS["nvlink_c2c_gb200"], host_memory_per_gpu_bytes=240 * GB,
+            nvlink_bidirectional_bytes_per_s=1800 * GB, nvlink_links=18, tdp_watts=1200,
             system="GB200 NVL72 (18 trays x 4 GPUs; one 480 GB LPDDR5X Grace per 2 GPUs)", gpus_per_host=4,
             sources=("NVIDIA GB200 NVL72 datasheet (per GPU = rack / 72)",
-                     "XLA xla/backends/gpu/target_config/specs/gb200.txtpb"),
+                     "XLA xla/backends/gpu/target_config/specs/gb200.txtpb (5a9e73cb)"),
         ),
     )
 }
 
 
-def gpu(key: str) -> Gpu:
+def gpu(key: str | Gpu) -> Gpu:
     if isinstance(key, Gpu):
         return key
     key = str(key).lower()
@@ -278,16 +499,50 @@ def topology(spec: str | int | Topology, gpus_per_host: int = 8) -> Topology:
     return Topology(int(a), int(b)) if c is None else Topology(int(b), int(c), slices=int(a))
 
 
+# ----------------------------------------------------------------------------- usable HBM
+
+DEFAULT_MEM_FRACTION = 0.75
+MEM_FRACTION_ENV = "XLA_PYTHON_CLIENT_MEM_FRACTION"
+_ALLOCATOR_ROUNDING = 2 * MiB
+# XLA's compile-only memory limit is based on 80 % of device_memory_size (GetSchedulerMemoryLimit,
+# gpu_hlo_schedule.cc, when the module config carries no device_memory_size).
+_COMPILE_ONLY_BASE = 0.8
+
+
+def check_mem_fraction(fraction) -> float:
+    try:
+        value = float(fraction)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not 0 < value <= 1:
+        raise ValueError(f"memory fraction {fraction!r} is outside (0, 1]: it is the share of HBM JAX's allocator "
+                         f"takes ({MEM_FRACTION_ENV}; JAX's default 0.75, MaxText GPU recipes 0.85-0.98)")
+    return value
+
+
+def allocator_limit_bytes(hbm_bytes: int, mem_fraction: float = DEFAULT_MEM_FRACTION) -> int:
+    """The BFC allocator's ``bytes_limit`` on a real GPU: total memory x fraction, rounded up to 2 MiB
+    (``CreateBFCAllocator``, xla/pjrt/gpu/gpu_helpers.cc at 5a9e73cb). Everything a step allocates
+    must fit in it; CUDA's context, cuBLAS/cuDNN workspaces and NCCL buffers live in the rest."""
+    raw = int(hbm_bytes * check_mem_fraction(mem_fraction))
+    return -(-raw // _ALLOCATOR_ROUNDING) * _ALLOCATOR_ROUNDING
+
+
 # ----------------------------------------------------------------------------- targets
 
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """A GPU model in a topology, with the host link offload uses (swappable for what-ifs)."""
+    """A GPU model in a topology, with the host link offload uses (swappable for what-ifs) and the
+    share of HBM JAX's allocator may use."""
 
     gpu: Gpu
     topology: Topology
     link: HostLink
+    mem_fraction: float = DEFAULT_MEM_FRACTION
+
+    def __post_init__(self):
+        object.__setattr__(self, "mem_fraction", check_mem_fraction(self.mem_fraction))
 
     @property
     def name(self) -> str:
@@ -297,28 +552,53 @@ class Target:
     def num_devices(self) -> int:
         return self.topology.num_devices
 
+    @property
+    def hbm_bytes(self) -> int:
+        return self.gpu.hbm_bytes
+
+    @property
+    def usable_hbm_bytes(self) -> int:
+        """What one step may allocate per device: JAX's allocator limit (``mem_fraction`` x HBM)."""
+        return allocator_limit_bytes(self.gpu.hbm_bytes, self.mem_fraction)
+
+    @property
+    def link_is_what_if(self) -> bool:
+        """True when the link is not the one this GPU really has."""
+        return self.link.key != self.gpu.host_link.key
+
     def with_link(self, link: str | HostLink) -> "Target":
         return dataclasses.replace(self, link=host_link(link))
 
     def with_topology(self, spec) -> "Target":
-        return dataclasses.replace(self, topology=topology(spec))
+        return dataclasses.replace(self, topology=topology(spec, self.gpu.gpus_per_host))
+
+    def with_mem_fraction(self, fraction: float) -> "Target":
+        return dataclasses.replace(self, mem_fraction=fraction)
+
+    def target_config_text(self) -> str:
+        """The GPU's config with ``device_memory_size`` set so that XLA's compile-only memory limit,
+        80 % of it, equals the allocator limit XLA is given on a real GPU (jaxlib's py_client.cc
+        passes the allocator's ``bytes_limit`` as the module's ``device_memory_size``)."""
+        memory = -(-self.usable_hbm_bytes * 5 // 4)  # ceil(limit / 0.8): 80 % of it floors back to the limit
+        return self.gpu.target_config_text(device_memory_size=memory)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "gpu": self.gpu.key, "topology": self.topology.spec,
-                "num_devices": self.num_devices, "host_link": self.link.key}
+                "num_devices": self.num_devices, "host_link": self.link.key, "link_is_what_if": self.link_is_what_if,
+                "hbm_bytes": self.hbm_bytes, "mem_fraction": self.mem_fraction, "usable_hbm_bytes": self.usable_hbm_bytes}
 
 
-DEFAULT_TOPOLOGY = {"h100": "1x8", "h200": "1x8", "b200": "1x8", "gb200": "nvl72"}
+DEFAULT_TOPOLOGY = {"h100": "1x8", "h200": "1x8", "gh200": "1x4", "b200": "1x8", "gb200": "nvl72"}
 
 
 def target(gpu_key: str | Gpu = "h100", topology_spec: str | int | Topology | None = None,
-           link: str | HostLink | None = None) -> Target:
+           link: str | HostLink | None = None, mem_fraction: float = DEFAULT_MEM_FRACTION) -> Target:
     """``target("h100", "8x8")``, ``target("gb200")`` (an NVL72 rack), ``target("h200:1x8")``."""
     if isinstance(gpu_key, str) and ":" in gpu_key and topology_spec is None:
         gpu_key, topology_spec = gpu_key.split(":", 1)
     g = gpu(gpu_key)
     topo = topology(topology_spec if topology_spec is not None else DEFAULT_TOPOLOGY[g.key], g.gpus_per_host)
-    return Target(g, topo, host_link(link) if link is not None else g.host_link)
+    return Target(g, topo, host_link(link) if link is not None else g.host_link, mem_fraction)
 
 
 # ----------------------------------------------------------------------------- pinned host memory
@@ -327,20 +607,21 @@ HOST_POOL_ENV = "XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB"
 
 
 def pinned_host_pool_bytes(environ=None) -> int:
-    """Size of the pinned host memory pool one JAX process uses per GPU for S(5) buffers.
+    """Size of the pinned host memory pool XLA gives each GPU for ``S(5)`` buffers.
 
-    XLA's PJRT GPU client reads ``XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB`` (default 64 GB; 16 GB when
-    ``XLA_PJRT_GPU_HOST_MEMORY_PREALLOCATE=true``). Offloaded activations beyond it fail at run
-    time with "Out of host memory", whatever the machine's RAM.
+    XLA's PJRT GPU client reads ``XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB`` as an integer number of
+    **GiB** (``value * (1 << 30)``; default 64, or 16 with ``XLA_PJRT_GPU_HOST_MEMORY_PREALLOCATE=
+    true``) and makes one such pool per device (``GetGpuHostAllocator``, xla/pjrt/gpu/gpu_helpers.cc
+    and se_gpu_pjrt_client.cc at 5a9e73cb). Offloaded activations beyond it fail at run time with
+    "Out of host memory", whatever the machine's RAM.
     """
     import os
 
     env = os.environ if environ is None else environ
     value = env.get(HOST_POOL_ENV)
     if value:
-        try:
-            return int(float(value) * GB)
-        except ValueError:
-            raise ValueError(f"bad {HOST_POOL_ENV}={value!r}: a number of GB") from None
+        if not re.fullmatch(r"\s*\d+\s*", str(value)):
+            raise ValueError(f"bad {HOST_POOL_ENV}={value!r}: XLA reads a whole number of GiB")
+        return int(value) * GiB
     preallocate = env.get("XLA_PJRT_GPU_HOST_MEMORY_PREALLOCATE", "false").lower() in ("1", "true")
-    return (16 if preallocate else 64) * GB
+    return (16 if preallocate else 64) * GiB

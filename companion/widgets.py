@@ -31,22 +31,26 @@ class BudgetView:
         return self.budget is not None
 
 
+def _usable(target: targets.Target) -> str:
+    return (f"{target.usable_hbm_bytes / GiB:.0f} GiB usable ({target.mem_fraction:.2f} of "
+            f"{target.hbm_bytes / GiB:.0f} GiB HBM)")
+
+
 def budget_view(model: str, batch: int, seq: int, policy: str, gpu: str, gpus: int, mesh: str,
-                attention: str = "dot_product") -> BudgetView:
+                attention: str = "flash", mem_fraction: float = targets.DEFAULT_MEM_FRACTION) -> BudgetView:
     """The explorer's content for these inputs (never raises on bad input: the message says why)."""
     try:
         if gpus is None or int(gpus) < 1:
             raise ValueError(f"number of GPUs must be positive, got {gpus}")
         cfg = models.config(model, attention=attention)
-        target = targets.target(gpu, int(gpus))
+        target = targets.target(gpu, int(gpus), mem_fraction=mem_fraction)
         mesh_shape = sharding.parse_mesh(mesh or None, target.num_devices)
-        result = budget_lib.estimate(cfg, int(batch), int(seq), policies.resolve(policy), mesh_shape,
-                                     hbm_bytes=target.gpu.hbm_bytes)
+        result = budget_lib.estimate(cfg, int(batch), int(seq), policies.resolve(policy), mesh_shape, target=target)
     except ValueError as err:
         return BudgetView(None, None, f"Cannot budget this: {err}")
     margin = result.margin_bytes / GiB
-    verdict = (f"fits: {margin:.1f} GiB of {target.gpu.hbm_bytes / GiB:.0f} GiB HBM to spare" if result.fits
-               else f"does NOT fit: over {target.gpu.hbm_bytes / GiB:.0f} GiB HBM by {-margin:.1f} GiB")
+    verdict = (f"fits: {margin:.1f} GiB of {_usable(target)} to spare" if result.fits
+               else f"does NOT fit: over {_usable(target)} by {-margin:.1f} GiB")
     host = f"; {result.host_bytes / GiB:.1f} GiB offloaded to the host" if result.host_bytes else ""
     return BudgetView(result, target, f"{target.name}, {result.device_bytes / GiB:.1f} GiB per device: {verdict}{host}")
 
@@ -70,8 +74,11 @@ def budget_explorer(model: str = "llama3.1-8b", batch: int = 8, seq: int = 4096,
         "gpus": w.BoundedIntText(value=gpus, min=0, max=4096, description="GPUs", style=style),
         "mesh": w.Text(value=mesh, description="mesh", continuous_update=False, style=style,
                        placeholder="fsdp=-1 or fsdp=8,tensor=8"),
-        "attention": w.Dropdown(options=("dot_product", "chunked"), value="dot_product", description="attention",
+        "attention": w.Dropdown(options=models.configs.ATTENTION_IMPLS, value="flash", description="attention",
                                 style=style),
+        "mem_fraction": w.FloatSlider(value=targets.DEFAULT_MEM_FRACTION, min=0.5, max=1.0, step=0.01,
+                                      continuous_update=False, description="mem frac", style=style,
+                                      tooltip="XLA_PYTHON_CLIENT_MEM_FRACTION: the share of HBM JAX's allocator takes"),
     }
     compiled: dict[tuple, float] = {}
     status = w.HTML()
@@ -87,7 +94,8 @@ def budget_explorer(model: str = "llama3.1-8b", batch: int = 8, seq: int = 4096,
             return
         label = f"{values['policy']}"
         xla = compiled.get(key(values))
-        fig = plots.budget_bars({label: view.budget}, hbm_bytes=view.target.gpu.hbm_bytes,
+        fig = plots.budget_bars({label: view.budget}, hbm_bytes=view.target.usable_hbm_bytes,
+                                hbm_label=f"usable HBM ({view.target.mem_fraction:.2f} x {view.target.hbm_bytes / GiB:.0f} GiB)",
                                 compiled={label: xla} if xla else None,
                                 title=f"{values['model']}  B={values['batch']}  S={values['seq']}  on {view.target.name}")
         display(fig)
@@ -168,34 +176,48 @@ class PolicyView:
 
     @property
     def transfer_seconds(self) -> float:
-        """Every offloaded residual written once (forward) and read once (backward)."""
-        return 2 * self.link.transfer_seconds(self.budget.host_bytes)
+        """Every offloaded residual written once (forward) and read once (backward), at the per-GPU
+        bandwidth while every GPU sharing the link offloads."""
+        host = self.budget.host_bytes
+        return self.link.transfer_seconds(host, "d2h") + self.link.transfer_seconds(host, "h2d")
 
     @property
     def naive_step_seconds(self) -> float:
         return self.compute_seconds + self.transfer_seconds
 
 
+def link_choices(gpu: str) -> list[tuple[str, str]]:
+    """(label, key) of the host links to price a GPU's transfers on: its own first, the rest marked what-if."""
+    own = targets.gpu(gpu).host_link
+    return [(f"{own.name} (this GPU's)", own.key)] + [
+        (f"{link.name} (what-if)", key) for key, link in targets.HOST_LINKS.items() if key != own.key]
+
+
 def policy_view(spec: dict, model: str = "llama3.1-8b", batch: int = 8, seq: int = 4096, gpu: str = "h100",
-                gpus: int = 8, mesh: str = "", link: str | None = None) -> PolicyView:
-    """Budget and time of a ``custom`` policy ``{name: remat|device|offload}`` (never raises)."""
+                gpus: int = 8, mesh: str = "", link: str | None = None,
+                mem_fraction: float = targets.DEFAULT_MEM_FRACTION) -> PolicyView:
+    """Budget and time of a ``custom`` policy ``{name: remat|device|offload}`` (never raises).
+
+    Transfers are priced on the GPU's own host link unless ``link`` names another, which the message
+    then calls a what-if."""
     try:
         cfg = models.config(model)
-        target = targets.target(gpu, int(gpus))
-        host = targets.host_link(link) if link else target.link
+        target = targets.target(gpu, int(gpus), link=link, mem_fraction=mem_fraction)
         emitted = models.checkpoint_names(cfg)
         spec = {k: v for k, v in spec.items() if k in emitted}
         policy = policies.resolve(spec, emitted=emitted)
         result = budget_lib.estimate(cfg, int(batch), int(seq), policy, sharding.parse_mesh(mesh or None, target.num_devices),
-                                     hbm_bytes=target.gpu.hbm_bytes)
+                                     target=target)
     except ValueError as err:
         return PolicyView(None, None, None, f"Cannot budget this: {err}")
-    view = PolicyView(result, target, host, "")
+    view = PolicyView(result, target, target.link, "")
     fit = "fits" if result.fits else "does NOT fit"
-    message = (f"device {result.device_bytes / GiB:.1f} GiB ({fit} in {target.gpu.hbm_bytes / GiB:.0f}), host "
+    what_if = f" (what-if: a {target.gpu.key} has {target.gpu.host_link.name})" if target.link_is_what_if else ""
+    message = (f"device {result.device_bytes / GiB:.1f} GiB ({fit} in {_usable(target)}), host "
                f"{result.host_bytes / GiB:.1f} GiB; recompute {result.recompute_flops / 1e12:.1f} TFLOP "
                f"({view.recompute_seconds * 1e3:.1f} ms at peak); transfers {view.transfer_seconds * 1e3:.1f} ms over "
-               f"{host.name}; naive step >= {view.naive_step_seconds * 1e3:.1f} ms (matmuls at peak + transfers)")
+               f"{target.link.name}{what_if}; naive step >= {view.naive_step_seconds * 1e3:.1f} ms "
+               "(matmuls at peak + transfers)")
     return dataclasses.replace(view, message=message)
 
 
@@ -222,9 +244,15 @@ def policy_explorer(offload: bool = True, model: str = "llama3.1-8b", batch: int
         "seq": w.Dropdown(options=SEQUENCES, value=seq, description="seq", style=style),
         "gpu": w.Dropdown(options=tuple(targets.GPUS), value=gpu, description="GPU", style=style),
         "gpus": w.BoundedIntText(value=gpus, min=0, max=4096, description="GPUs", style=style),
-        "link": w.Dropdown(options=tuple(targets.HOST_LINKS), value=targets.gpu(gpu).host_link.key,
+        "link": w.Dropdown(options=link_choices(gpu), value=targets.gpu(gpu).host_link.key,
                            description="link", style=style),
     }
+
+    def gpu_changed(change):  # a new GPU brings its own link; the others stay what-ifs
+        setup["link"].options = link_choices(change["new"])
+        setup["link"].value = targets.gpu(change["new"]).host_link.key
+
+    setup["gpu"].observe(gpu_changed, names="value")
     status = w.HTML()
     button = w.Button(description="check with XLA", icon="check")
 
@@ -235,7 +263,8 @@ def policy_explorer(offload: bool = True, model: str = "llama3.1-8b", batch: int
         view = policy_view(spec_of(values), **{k: values[k] for k in setup})
         status.value = f"<b>{view.message}</b>"
         if view.ok:
-            fig = plots.budget_bars({"custom": view.budget}, hbm_bytes=view.target.gpu.hbm_bytes,
+            fig = plots.budget_bars({"custom": view.budget}, hbm_bytes=view.target.usable_hbm_bytes,
+                                    hbm_label=f"usable HBM ({view.target.mem_fraction:.2f} x {view.target.hbm_bytes / GiB:.0f} GiB)",
                                     title=f"{values['model']} B={values['batch']} S={values['seq']} on {view.target.name}")
             display(fig)
             plt.close(fig)

@@ -78,9 +78,64 @@ def test_xla_itself_accepts_every_catalog_default():
     placement = compiler.place(targets.target("h100", "1"), backend_kind="cuda")
     x = placement.abstract((8, 8), jnp.float32)
     defaults = {k: v for k, v in flags.defaults().items() if k != "xla_dump_to"}
-    report = compiler.compile(lambda a: a @ a, x, placement=placement, flags=defaults)
+    report = compiler.compile(lambda a: a @ a, x, placement=placement, flags=flags.resolve(defaults, preset="none"))
     assert report.flags["xla_gpu_memory_limit_slop_factor"] == 95
     assert report.device.output_bytes == 8 * 8 * 4
+
+
+def test_the_maxtext_gpu_preset_is_the_default_and_xla_accepts_it():
+    placement = compiler.place(targets.target("h100", "1"), backend_kind="cuda")
+    x = placement.abstract((8, 8), jnp.float32)
+    report = compiler.compile(lambda a: a @ a, x, placement=placement)
+    preset = flags.preset("maxtext_gpu")
+    assert report.flag_set.preset == "maxtext_gpu"
+    for name, value in preset.items():
+        if name != "xla_disable_hlo_passes":
+            assert report.flags[name] == value, name
+    # MaxText's GPU recipes: the scheduler on, XLA's own remat off, double buffering on, CUDA graphs off
+    assert report.flags["xla_gpu_enable_latency_hiding_scheduler"] is True
+    assert "rematerialization" in report.flags["xla_disable_hlo_passes"]
+    assert report.flags["xla_gpu_enable_while_loop_double_buffering"] is True
+    assert report.flags["xla_gpu_enable_command_buffer"] == ()
+    assert "maxtext_gpu" in report.summary() and report.to_dict()["flag_set"]["preset"] == "maxtext_gpu"
+
+
+def test_resolve_presets_overrides_and_workarounds():
+    default = flags.resolve()
+    assert default.preset == "maxtext_gpu" and default.workarounds == ("offload_descriptors",)
+    assert default.flags["xla_disable_hlo_passes"] == ("rematerialization", "dynamic-slice-annotator")
+    on_top = flags.resolve("--xla_gpu_enable_pipelined_host_offloading=true")
+    assert on_top.preset == "maxtext_gpu" and on_top.flags["xla_gpu_enable_pipelined_host_offloading"] is True
+    assert on_top.overrides == {"xla_gpu_enable_pipelined_host_offloading": True}
+    bare = flags.resolve("none", workarounds=False)
+    assert bare.flags == {} and bare.workarounds == ()
+    explicit = flags.resolve("none --xla_gpu_enable_latency_hiding_scheduler=true", workarounds=False)
+    assert explicit.flags == {"xla_gpu_enable_latency_hiding_scheduler": True}
+    assert flags.resolve({"xla_gpu_memory_limit_slop_factor": 80}, preset="none").flags[
+        "xla_gpu_memory_limit_slop_factor"] == 80
+    assert flags.parse(default.xla_flags()) == default.flags  # the XLA_FLAGS string round-trips
+    with pytest.raises(ValueError, match="unknown XLA flag preset 'maxtex'.*maxtext_gpu, none"):
+        flags.resolve("maxtex")
+
+
+@pytest.mark.parametrize("name", sorted(flags.ABSENT))
+def test_flags_absent_from_jaxlib_0_10_2_are_refused_with_what_to_write(name):
+    assert name not in flags.KNOWN
+    with pytest.raises(ValueError, match=f"'{name}' does not exist in jaxlib .*would abort"):
+        flags.parse(f"--{name}=1")
+
+
+def test_catalog_meanings_true_to_0_10_2():
+    lhs = flags.flag("xla_gpu_enable_latency_hiding_scheduler").meaning
+    assert all(w in lhs for w in ("O1", "PGLE", "speed-of-light")) and "generation" not in lhs
+    assert "FULL_UNROLL" in flags.flag("xla_gpu_enable_while_loop_double_buffering").meaning
+    for name in ("all_gather", "reduce_scatter", "all_reduce"):
+        assert "O1+" in flags.flag(f"xla_gpu_enable_pipelined_{name}").meaning
+    assert "Flag-only" in flags.flag("xla_gpu_enable_pipelined_host_offloading").meaning
+    for name in ("xla_gpu_experimental_parallel_async_compute_limit", "xla_dump_latency_hiding_schedule",
+                 "xla_gpu_enable_analytical_latency_estimator", "xla_gpu_enable_analytical_sol_latency_estimator"):
+        assert name in flags.CATALOG
+    assert flags.flag("xla_gpu_experimental_parallel_async_compute_limit").default == 2
 
 
 def test_bad_value_xla_rejects_is_a_value_error_not_an_abort():

@@ -41,10 +41,16 @@ def test_explorer_widget_updates_and_checks_with_xla():
 def test_policy_view_prices_offload_over_the_link():
     spec = {"decoder_layer_input": "device", "query_proj": "offload", "mlpwi_0": "offload", "mlpwi_1": "offload"}
     pcie = widgets.policy_view(spec)
-    c2c = widgets.policy_view(spec, link="nvlink_c2c")
-    assert pcie.ok and pcie.budget.host_bytes > 0 and "PCIe" in pcie.message
-    assert pcie.transfer_seconds == pytest.approx(2 * pcie.budget.host_bytes / 64e9)
+    c2c = widgets.policy_view(spec, link="nvlink_c2c_gb200")
+    assert pcie.ok and pcie.budget.host_bytes > 0 and "PCIe" in pcie.message and "what-if" not in pcie.message
+    link = pcie.link
+    assert pcie.transfer_seconds == pytest.approx(pcie.budget.host_bytes / link.achievable_d2h
+                                                  + pcie.budget.host_bytes / link.achievable_h2d)
     assert c2c.naive_step_seconds < pcie.naive_step_seconds
+    assert "what-if: a h100 has PCIe" in c2c.message  # a GB200's link on an H100 is labelled as such
+    own = widgets.policy_view(spec, gpu="gb200", gpus=8)
+    assert "what-if" not in own.message and own.link.key == "nvlink_c2c_gb200"
+    assert [key for _, key in widgets.link_choices("gb200")][0] == "nvlink_c2c_gb200"
     saved = widgets.policy_view({k: "device" for k in spec})
     assert saved.budget.host_bytes == 0 and saved.transfer_seconds == 0
 

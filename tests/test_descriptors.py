@@ -1,0 +1,179 @@
+"""The memcpy-descriptor check (openxla/xla #46231): hand-written modules with known answers, then
+real compiles of an offloading scan with and without the lab's workaround."""
+
+import companion  # noqa: F401
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.ad_checkpoint import checkpoint_name
+
+from companion import compiler, descriptors, hlo, targets
+
+ROW = 256  # bytes of one f32[1,64] slice
+
+
+def module(index_expr: str, config: str | None, trips: int = 4, host: bool = True) -> hlo.HloModule:
+    """A while loop over ``trips`` iterations whose body reads row ``index`` of a [4,64] buffer
+    through an async-wrapped dynamic-slice, the way XLA wraps host transfers.
+
+    ``index_expr`` is the body's index instruction, in terms of ``%i`` (the induction variable),
+    ``%three`` and ``%one``.
+    """
+    space = ":S(5)" if host else ""
+    cfg = f',"dynamic_slice_config":{config}' if config else ""
+    return hlo.parse_module(f"""HloModule test
+
+%fused_index (p0: s32[], p1: s32[]) -> s32[] {{
+  %p0 = s32[] parameter(0)
+  %p1 = s32[] parameter(1)
+  ROOT %sub = s32[] subtract(%p0, %p1)
+}}
+
+%wrapped_ds (w0: f32[4,64], w1: s32[], w2: s32[]) -> f32[1,64] {{
+  %w0 = f32[4,64]{{1,0{space}}} parameter(0)
+  %w1 = s32[] parameter(1)
+  %w2 = s32[] parameter(2)
+  ROOT %ds = f32[1,64]{{1,0}} dynamic-slice(%w0, %w1, %w2), dynamic_slice_sizes={{1,64}}, backend_config={{"operation_queue_id":"0"{cfg}}}
+}}
+
+%async_comp (a0: f32[4,64], a1: s32[], a2: s32[]) -> f32[1,64] {{
+  %a0 = f32[4,64]{{1,0{space}}} parameter(0)
+  %a1 = s32[] parameter(1)
+  %a2 = s32[] parameter(2)
+  ROOT %wrapped = f32[1,64]{{1,0}} fusion(%a0, %a1, %a2), kind=kLoop, calls=%wrapped_ds
+}}
+
+%body (state: (s32[], f32[4,64], f32[1,64])) -> (s32[], f32[4,64], f32[1,64]) {{
+  %state = (s32[], f32[4,64]{{1,0{space}}}, f32[1,64]{{1,0}}) parameter(0)
+  %i = s32[] get-tuple-element(%state), index=0
+  %buffer = f32[4,64]{{1,0{space}}} get-tuple-element(%state), index=1
+  %three = s32[] constant(3)
+  %one = s32[] constant(1)
+  %zero = s32[] constant(0)
+  {index_expr}
+  %start = ((f32[4,64]{{1,0{space}}}, s32[], s32[]), f32[1,64]{{1,0}}, u32[]) async-start(%buffer, %index, %zero), calls=%async_comp
+  %done = f32[1,64]{{1,0}} async-done(%start)
+  %next = s32[] add(%i, %one)
+  ROOT %out = (s32[], f32[4,64]{{1,0{space}}}, f32[1,64]{{1,0}}) tuple(%next, %buffer, %done)
+}}
+
+%cond (c: (s32[], f32[4,64], f32[1,64])) -> pred[] {{
+  %c = (s32[], f32[4,64]{{1,0{space}}}, f32[1,64]{{1,0}}) parameter(0)
+  %ci = s32[] get-tuple-element(%c), index=0
+  %limit = s32[] constant({trips})
+  ROOT %lt = pred[] compare(%ci, %limit), direction=LT
+}}
+
+ENTRY %main (x: f32[4,64]) -> f32[1,64] {{
+  %x = f32[4,64]{{1,0{space}}} parameter(0)
+  %z = s32[] constant(0)
+  %init = f32[1,64]{{1,0}} constant({{...}})
+  %t = (s32[], f32[4,64]{{1,0{space}}}, f32[1,64]{{1,0}}) tuple(%z, %x, %init)
+  %loop = (s32[], f32[4,64]{{1,0{space}}}, f32[1,64]{{1,0}}) while(%t), condition=%cond, body=%body, backend_config={{"known_trip_count":{{"n":"{trips}"}},"known_init_step":{{"init":"0","step":"1"}},"known_induction_variable":{{"tuple_index":"0"}}}}
+  ROOT %r = f32[1,64]{{1,0}} get-tuple-element(%loop), index=2
+}}
+""")
+
+
+REVERSED = "%index = s32[] fusion(%three, %i), kind=kLoop, calls=%fused_index"
+
+
+def test_the_bug_is_flagged_reversed_index_with_a_forward_descriptor():
+    checks = descriptors.check(module(REVERSED, '{"loop_index":"0","byte_offset":"0","byte_stride":"256"}'))
+    (c,) = checks.checks
+    assert c.direction == "h2d" and c.trips == 4 and c.expected == (3 * ROW, 2 * ROW, ROW, 0)
+    assert c.ok is False and c.expected_descriptor == (3 * ROW, -ROW)
+    assert checks.verdict == "wrong" and "46231" in checks.warning() and "46308" in checks.warning()
+    assert "needs offset 768 stride -256" in c.describe()
+
+
+def test_a_right_descriptor_passes():
+    checks = descriptors.check(module(REVERSED, '{"loop_index":"0","byte_offset":"768","byte_stride":"-256"}'))
+    assert checks.verdict == "ok" and checks.checks[0].ok and checks.warning() is None
+
+
+def test_forward_index_with_a_forward_descriptor_passes():
+    checks = descriptors.check(module("%index = s32[] copy(%i)", '{"loop_index":"0","byte_offset":"0","byte_stride":"256"}'))
+    assert checks.verdict == "ok" and checks.checks[0].expected == (0, ROW, 2 * ROW, 3 * ROW)
+
+
+def test_no_descriptor_means_the_index_is_read_at_run_time():
+    checks = descriptors.check(module(REVERSED, None))
+    (c,) = checks.checks
+    assert c.descriptor is None and c.ok is True and checks.verdict == "ok" and checks.runtime_indexed == (c,)
+
+
+def test_device_slices_do_not_decide_the_verdict():
+    checks = descriptors.check(module(REVERSED, '{"loop_index":"0","byte_offset":"0","byte_stride":"256"}', host=False))
+    assert checks.verdict == "none" and checks.checks[0].direction == "device" and checks.checks[0].ok is False
+
+
+def test_indices_are_clamped_like_dynamic_slice():
+    # index 3 - i + 2 runs past the 4-row buffer for the first iterations: dynamic-slice clamps it to 3
+    expr = "%raw = s32[] fusion(%three, %i), kind=kLoop, calls=%fused_index\n  %two = s32[] constant(2)\n" \
+           "  %index = s32[] add(%raw, %two)"
+    (c,) = descriptors.check(module(expr, '{"loop_index":"0","byte_offset":"768","byte_stride":"0"}')).checks
+    assert c.expected == (3 * ROW, 3 * ROW, 3 * ROW, 2 * ROW) and c.ok is False
+
+
+def test_an_index_the_checker_cannot_read_is_reported_unchecked():
+    expr = "%index = s32[] custom-call(%i), custom_call_target=\"opaque\""
+    checks = descriptors.check(module(expr, '{"loop_index":"0","byte_offset":"0","byte_stride":"256"}'))
+    assert checks.verdict == "unchecked" and checks.checks[0].ok is None and "custom-call" in checks.checks[0].reason
+
+
+# ----------------------------------------------------------------------------- real compiles
+
+POLICY = jax.checkpoint_policies.save_and_offload_only_these_names(
+    names_which_can_be_saved=[], names_which_can_be_offloaded=["h"], offload_src="device", offload_dst="pinned_host")
+
+
+def _layer(x, w):
+    h = checkpoint_name(x @ w["w_in"], "h")
+    return x + jnp.tanh(jnp.tanh(h) @ w["w_out"]), None
+
+
+def _grad(params, x):
+    def loss(p, x):
+        y, _ = jax.lax.scan(jax.checkpoint(_layer, policy=POLICY), x, p)
+        return jnp.mean(jnp.square(y.astype(jnp.float32)))
+    return jax.grad(loss)(params, x)
+
+
+@pytest.fixture(scope="module")
+def placement():
+    return compiler.place(targets.target("h100", "1x2"), backend_kind="cuda")
+
+
+def _compile(placement, **kwargs):
+    params = {"w_in": placement.abstract((4, 256, 1024), "bfloat16"),
+              "w_out": placement.abstract((4, 1024, 256), "bfloat16")}
+    x = placement.abstract((128, 256), "bfloat16", ("fsdp",))
+    return compiler.compile(_grad, params, x, placement=placement, **kwargs)
+
+
+def test_jaxlib_0_10_2_gives_offloaded_scan_residuals_wrong_descriptors(placement):
+    r = _compile(placement, flags="none", workarounds=False)
+    checks = r.offload.checks
+    assert checks.verdict == "wrong" and {c.direction for c in checks.wrong} == {"h2d"}
+    # the device-memory slices of the same module, which XLA annotates correctly, agree with the checker
+    device = [c for c in checks.checks if not c.host]
+    assert device and all(c.ok for c in device)
+    assert any(c.descriptor[1] < 0 for c in device)  # reversed reads on the device get negative strides
+    assert "descriptors: wrong" in r.summary() and "46231" in r.summary()
+
+
+def test_the_workaround_leaves_no_wrong_descriptor_and_the_same_memory(placement):
+    broken = _compile(placement, flags="none", workarounds=False)
+    fixed = _compile(placement, flags="none")
+    assert fixed.flag_set.workarounds == ("offload_descriptors",)
+    assert "dynamic-slice-annotator" in fixed.flags["xla_disable_hlo_passes"]
+    assert fixed.offload.checks.verdict == "ok" and fixed.offload.checks.runtime_indexed
+    assert fixed.device.peak_bytes == broken.device.peak_bytes and fixed.host.temp_bytes == broken.host.temp_bytes
+    # still asynchronous: every host transfer keeps its start/done pair
+    assert all(t.is_async for t in fixed.offload.transfers) and fixed.offload.d2h_ops and fixed.offload.h2d_ops
+
+
+def test_double_buffering_breaks_the_forward_writes_too(placement):
+    r = _compile(placement, flags="none --xla_gpu_enable_while_loop_double_buffering=true", workarounds=False)
+    assert {c.direction for c in r.offload.checks.wrong} == {"d2h", "h2d"}
