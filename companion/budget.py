@@ -5,21 +5,33 @@ memory at the step's peak, each with the tensor it stands for and its formula, p
 the policy's recompute adds. Pure Python over the config (no tracing, no compile): a widget can
 call it on every slider move.
 
-The terms, for the lab's models and XLA 0.10.2 (validated against the compiler by
-``benchmarks/bench_budget.py``):
+The terms, for the lab's models compiled as MaxText GPU users compile them (flash attention,
+dropless MoE, MaxText's XLA flags) by the XLA jaxlib 0.10.2 pins, validated against the compiler
+by ``benchmarks/bench_budget.py``:
 
 * **static** — what the step's arguments hold: parameters (``weight_dtype``), AdamW's two
-  moments, the token batch. Donated, so the updated copies reuse the same buffers.
+  moments, the token batch; on the host with ``optimizer_memory_host_offload`` /
+  ``parameter_memory_host_offload``. Donated, so the updated copies reuse the same buffers.
 * **persistent** — alive through the backward pass: the fp32 gradient accumulators of the
-  scanned layers' weights, and the *residuals* — every tensor the policy saves that the backward
-  pass reads, stacked over the L layers (on the device, or on the host when offloaded). The
-  layer input (the scan carry) is always one of them.
-* **transient** — the working set at the peak. For a training step that is the backward of one
-  layer: the recomputed attention scores (``[b, H, S, S]``, or one query chunk with chunked
-  attention), the MLP's hidden tensors, the layer's weights in the compute dtype (all-gathered
-  under FSDP), a few ``[b, S, D]`` scratch tensors, and the loss gradient ``[b, S, V]`` that XLA
-  keeps until the embedding's backward. With few layers and a large vocabulary the loss phase
-  (logits, their gradient, the output head) can be larger: the peak is the larger of the two.
+  scanned layers' weights (and a transposed copy of some of them under FSDP), and the
+  *residuals* — every tensor the policy saves that the backward pass reads, stacked over the L
+  layers (on the device, or on the host when offloaded; with pipelined host offloading one more
+  layer of them on the device). With gradient accumulation, the fp32 accumulator (and, with
+  double-buffered loops, a second microbatch's residuals and the accumulator's next value).
+* **transient** — the largest of four phases: the **loss** (fp32 logits and their gradient,
+  the head's gradient and shard in the compute dtype); a **layer backward** (the attention
+  kernel's working set — cuDNN's or the lab's flash, or the ``[b, H, S, S]`` scores of the
+  teaching options —, the MLP's or the routed experts' tensors, the layer weights gathered under
+  FSDP: two layers and a bit with MaxText's pipelined all-gathers, some ``[b, S, D]`` scratch and
+  the loss gradient kept for the embedding's backward); the **backward end** (the head's fp32
+  weight gradient, kept until its reduce-scatter); the **optimizer update** (offloaded state
+  brought back to the device).
+
+The latency-hiding scheduler keeps some buffers alive longer while it is under its memory limit
+(extra fp32 score copies, offloaded moments brought in early): where it is, the budget says so.
+Known gaps (the benchmark lists them): DeepSeek's capacity dispatch, gradient accumulation and
+optimizer offload on few GPUs; tiny models, whose fixed-size buffers (cuBLAS workspaces, MBs)
+dominate and are not modelled.
 
 Per-device sizes: ``b = B / (data x fsdp x expert)`` sequences; heads, MLP width and vocabulary
 divided by ``tensor``; parameters by the sharding rules.
@@ -31,11 +43,14 @@ import dataclasses
 import math
 from typing import Mapping
 
+from . import flags as xla_flags
 from . import policies as policy_lib
-from .models import configs
+from .models import configs, flash
 from .models.configs import ModelConfig
 from .models.graph import LayerSizes, layer_graph, moe_sizes, parameter_specs, saved_by
 from .sharding import MESH_AXES, AxisRules, mesh_of
+from .targets import DEFAULT_MEM_FRACTION, Target, allocator_limit_bytes, check_mem_fraction
+from .train import StateConfig
 
 GiB = 2**30
 SPACES = ("device", "host")
@@ -68,14 +83,15 @@ class Budget:
     recompute_flops: float  # added by remat, per device per step
     step_flops: float  # forward + backward matmul FLOPs without recompute, per device per step
     hbm_bytes: int | None = None
-    other_phase: tuple[Term, ...] = ()  # the transient terms of the phase that is not the peak
+    other_phase: tuple[Term, ...] = ()  # the transient terms of the phases that are not the peak
+    mem_fraction: float = DEFAULT_MEM_FRACTION  # JAX's allocator share of HBM
+    phases: dict[str, tuple[Term, ...]] = dataclasses.field(default_factory=dict)  # every phase's transient terms
 
     def phase_terms(self, phase: str) -> tuple[Term, ...]:
-        """The transient terms of "layer backward" or "loss", whichever is the peak."""
-        if phase not in ("layer backward", "loss"):
-            raise ValueError(f"unknown phase {phase!r}; choose 'layer backward' or 'loss'")
-        transient = tuple(t for t in self.terms if t.kind == "transient")
-        return transient if phase == self.peak_phase else self.other_phase
+        """The transient terms of a phase: "loss", "layer backward" or "optimizer update"."""
+        if phase not in self.phases:
+            raise ValueError(f"unknown phase {phase!r}; choose one of: {', '.join(self.phases)}")
+        return self.phases[phase]
 
     @property
     def device_bytes(self) -> int:
@@ -86,17 +102,24 @@ class Budget:
         return sum(t.bytes for t in self.terms if t.space == "host")
 
     @property
-    def xla_memory_limit_bytes(self) -> int | None:
-        """The limit XLA's scheduler and rematerialization pass plan for: (80% of HBM - the step's
-        device arguments and outputs) x the slop factor (95%). Over it, XLA recomputes buffers on
-        its own and the compiled peak can come out lower than this budget."""
-        if self.hbm_bytes is None:
-            return None
-        io = sum(t.bytes for t in self.terms if t.kind == "static")
-        return max(int((0.8 * self.hbm_bytes - io) * 0.95), 0)
+    def usable_hbm_bytes(self) -> int | None:
+        """What the step may allocate: JAX's allocator limit, ``mem_fraction`` x HBM."""
+        return None if self.hbm_bytes is None else allocator_limit_bytes(self.hbm_bytes, self.mem_fraction)
 
     @property
-    def xla_remat_expected(self) -> bool | None:
+    def xla_memory_limit_bytes(self) -> int | None:
+        """The limit XLA's latency-hiding scheduler plans for: (the allocator limit - the step's
+        device arguments and outputs, donated ones once) x the slop factor (95 %). Above it the
+        scheduler trades overlap for memory (and XLA's own remat pass, where it is not disabled as
+        MaxText's GPU flags do, recomputes buffers by itself)."""
+        usable = self.usable_hbm_bytes
+        if usable is None:
+            return None
+        io = sum(t.bytes for t in self.terms if t.kind == "static")
+        return max((usable - io) * 95 // 100, 0)
+
+    @property
+    def over_scheduler_limit(self) -> bool | None:
         limit = self.xla_memory_limit_bytes
         if limit is None:
             return None
@@ -105,11 +128,12 @@ class Budget:
 
     @property
     def fits(self) -> bool | None:
-        return None if self.hbm_bytes is None else self.device_bytes <= self.hbm_bytes
+        return None if self.hbm_bytes is None else self.device_bytes <= self.usable_hbm_bytes
 
     @property
     def margin_bytes(self) -> int | None:
-        return None if self.hbm_bytes is None else self.hbm_bytes - self.device_bytes
+        """Usable HBM left after the peak (negative: by how much it does not fit)."""
+        return None if self.hbm_bytes is None else self.usable_hbm_bytes - self.device_bytes
 
     def by_category(self, space: str = "device") -> dict[str, int]:
         out: dict[str, int] = {}
@@ -121,8 +145,9 @@ class Budget:
     def to_dict(self) -> dict:
         return {"model": self.model, "batch": self.batch, "seq": self.seq, "policy": self.policy,
                 "mesh": dict(self.mesh), "device_bytes": self.device_bytes, "host_bytes": self.host_bytes,
-                "hbm_bytes": self.hbm_bytes, "fits": self.fits, "margin_bytes": self.margin_bytes,
-                "xla_memory_limit_bytes": self.xla_memory_limit_bytes, "xla_remat_expected": self.xla_remat_expected,
+                "hbm_bytes": self.hbm_bytes, "mem_fraction": self.mem_fraction,
+                "usable_hbm_bytes": self.usable_hbm_bytes, "fits": self.fits, "margin_bytes": self.margin_bytes,
+                "xla_memory_limit_bytes": self.xla_memory_limit_bytes, "over_scheduler_limit": self.over_scheduler_limit,
                 "peak_phase": self.peak_phase, "recompute_flops": self.recompute_flops,
                 "step_flops": self.step_flops, "terms": [t.to_dict() for t in self.terms]}
 
@@ -134,8 +159,8 @@ class Budget:
             if t.bytes:
                 lines.append(f"  {t.bytes / GiB:9.3f} GiB  {t.space:6} {t.kind:10} {t.label:38} {t.formula}")
         lines.append(f"  {self.device_bytes / GiB:9.3f} GiB  device total" + (
-            f"   (HBM {self.hbm_bytes / GiB:.1f} GiB: " + ("fits)" if self.fits else
-                                                            f"over by {-self.margin_bytes / GiB:.2f} GiB)")
+            f"   (usable HBM {self.usable_hbm_bytes / GiB:.1f} GiB = {self.mem_fraction:.2f} x "
+            f"{self.hbm_bytes / GiB:.1f}: " + ("fits)" if self.fits else f"over by {-self.margin_bytes / GiB:.2f} GiB)")
             if self.hbm_bytes else ""))
         lines.append(f"  {self.host_bytes / GiB:9.3f} GiB  host total")
         lines.append(f"  recompute adds {self.recompute_flops / 1e12:.2f} TFLOP per device per step "
@@ -145,8 +170,22 @@ class Budget:
 
 def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
              mesh: Mapping[str, int] | str | None = None, num_devices: int | None = None, *,
-             mu_dtype_bytes: int | None = None, rules: AxisRules = AxisRules(), hbm_bytes: int | None = None) -> Budget:
-    """The per-device memory budget of one training step (see the module docstring)."""
+             mu_dtype_bytes: int | None = None, rules: AxisRules = AxisRules(), hbm_bytes: int | None = None,
+             mem_fraction: float = DEFAULT_MEM_FRACTION, target: Target | None = None,
+             state: StateConfig | None = None, flags=None) -> Budget:
+    """The per-device memory budget of one training step (see the module docstring).
+
+    ``target`` (or ``hbm_bytes`` and ``mem_fraction``) gives the verdicts: fits, margin, the
+    scheduler's limit, all against the usable HBM (JAX's allocator limit), not the whole card.
+    ``state`` are MaxText's training-state levers (gradient accumulation, optimizer and parameter
+    host offload); ``flags`` the XLA flags of the step (``flags.resolve``: MaxText's GPU flags by
+    default), whose pipelined all-gathers and host offloading change what is live.
+    """
+    if target is not None:
+        hbm_bytes, mem_fraction = target.hbm_bytes, target.mem_fraction
+    mem_fraction = check_mem_fraction(mem_fraction)
+    state = state or StateConfig()
+    flag_set = xla_flags.resolve(flags)
     cfg = configs.config(model)
     mesh = mesh_of(mesh, num_devices)
     pol = policy_lib.resolve(policy)
@@ -156,44 +195,53 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
     W, A = cfg.weight_bytes, cfg.act_bytes
     mu_bytes = mu_dtype_bytes or W
     _check_divisible(cfg, batch, seq, mesh)
+    n_acc = state.gradient_accumulation_steps
+    if batch % n_acc:
+        raise ValueError(f"batch {batch} does not split into {n_acc} gradient accumulation steps")
+    micro = batch // n_acc
+    _check_divisible(cfg, micro, seq, mesh)
     data, fsdp, tensor, expert = (mesh[a] for a in MESH_AXES)
     batch_ways = data * fsdp * expert
-    b, S, D, V = batch // batch_ways, seq, cfg.d_model, cfg.vocab_size // tensor
+    b, S, D, V = micro // batch_ways, seq, cfg.d_model, cfg.vocab_size // tensor
     terms: list[Term] = []
 
-    # --- static: the step's arguments
+    # --- static: the step's arguments (on the host where MaxText's offload flags put them)
     specs = parameter_specs(cfg)
     shards = {s.path: math.prod(rules.shard_shape(s.shape, s.axes, mesh)) for s in specs}
     param_bytes = sum(shards[s.path] * s.dtype_bytes for s in specs)
     trainable = [s for s in specs if s.trainable]
     moments = sum(shards[s.path] * (mu_bytes + s.dtype_bytes) for s in trainable)
+    param_space = "host" if state.parameter_memory_host_offload else "device"
+    opt_space = "host" if state.optimizer_memory_host_offload else "device"
     terms += [
-        Term("parameters", "parameters", param_bytes, "device", "static",
+        Term("parameters", "parameters", param_bytes, param_space, "static",
              f"{cfg.param_count() / 1e9:.2f}B params x {W} B / sharding", "parameters"),
-        Term("optimizer", "AdamW moments (mu, nu)", moments, "device", "static",
+        Term("optimizer", "AdamW moments (mu, nu)", moments, opt_space, "static",
              f"params x ({mu_bytes} + {W}) B / sharding", "optimizer"),
-        Term("batch", "token batch (inputs, targets)", 2 * b * S * 4, "device", "static",
-             f"2 x b x S x 4 B = 2 x {b} x {S} x 4", "batch"),
+        Term("batch", "token batch (inputs, targets)", 2 * (batch // batch_ways) * S * 4, "device", "static",
+             f"2 x B/devices x S x 4 B = 2 x {batch // batch_ways} x {S} x 4", "batch"),
     ]
 
-    # --- per-layer graphs: residuals, recompute
+    # --- per-layer graphs: residuals, recompute (one microbatch's)
     stacks = [("layer", cfg.num_dense_layers, False)]
     if cfg.moe is not None:
         stacks.append(("MoE layer", cfg.num_moe_layers, True))
-    residual_dev = residual_host = 0
+    residual_dev = residual_host = pipelined_copy = 0
     recompute_flops = step_flops = 0.0
     dev_names, host_names = [], []
     graphs = []
+    pipelined_offload = bool(flag_set.flags.get("xla_gpu_enable_pipelined_host_offloading"))
     for label, count, routed in stacks:
         if not count:
             continue
-        z = layer_sizes(cfg, batch, seq, mesh, routed=routed)
+        z = layer_sizes(cfg, micro, seq, mesh, routed=routed)
         g = layer_graph(cfg, z, routed=routed)
         residuals, recomputed = g.plan(set(pol.device) | set(pol.offload))
         graphs.append((label, count, routed, z, g, residuals, recomputed))
         for n in residuals:
             if saved_by(pol.offload, n) and not saved_by(pol.device, n):
                 residual_host += count * n.bytes
+                pipelined_copy += n.bytes
                 host_names.append(n.name)
             else:
                 residual_dev += count * n.bytes
@@ -212,31 +260,106 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
              "L x [" + " + ".join(dict.fromkeys(host_names)) + "]" if host_names else "none offloaded",
              "activations"),
     ]
+    if pipelined_offload and pipelined_copy:
+        terms.append(Term("pipelined_offload", "offloaded tensors of the next layer, carried (pipelined offload)",
+                          pipelined_copy, "device", "persistent",
+                          "1 layer x [" + " + ".join(dict.fromkeys(host_names)) + "]", "activations"))
+    if n_acc > 1:
+        terms.append(Term("gradient_accumulator", "gradient accumulator (fp32)",
+                          sum(shards[s.path] * 4 for s in specs), "device", "persistent",
+                          f"params x 4 B / sharding ({n_acc} microbatches of B/{n_acc})", "gradients"))
 
-    # --- transient: the larger of one layer's backward and the loss phase
-    loss_grad = b * S * V * 4
-    layer_terms = _layer_backward_terms(cfg, pol, graphs, b, S, D, A, mesh, specs, shards, loss_grad)
-    head_gathered = D * V * A
-    loss_terms = [
+    double_buffered = bool(flag_set.flags.get("xla_gpu_enable_while_loop_double_buffering"))
+    if n_acc > 1 and double_buffered:  # the microbatch loop is unrolled by two: two microbatches in flight
+        terms.append(Term("residuals_second_microbatch", "the second microbatch's saved activations (double-buffered "
+                          "accumulation loop)", residual_dev, "device", "persistent", "= saved activations",
+                          "activations"))
+        terms.append(Term("gradient_accumulator_next", "the accumulator's next value (fp32)",
+                          sum(shards[s.path] * 4 for s in specs), "device", "persistent", "params x 4 B / sharding",
+                          "gradients"))
+
+    # --- transient: the largest of the phases (loss, layer backward, optimizer update)
+    usable = allocator_limit_bytes(hbm_bytes, mem_fraction) if hbm_bytes else None
+    base = sum(t.bytes for t in terms if t.space == "device")
+    limit = None if usable is None else (usable - sum(t.bytes for t in terms if t.kind == "static" and
+                                                      t.space == "device")) * 95 // 100
+    static_dev = sum(t.bytes for t in terms if t.kind == "static" and t.space == "device")
+    # The scheduler keeps as many score copies as fit under its limit (18, 16, then 12 B a score)
+    for slack in SCORE_COPY_BYTES:
+        layer = _layer_backward_terms(cfg, pol, graphs, b, S, D, V, A, mesh, specs, shards, flag_set, state,
+                                      score_bytes=slack)
+        if limit is None or base - static_dev + sum(t.bytes for t in layer) <= limit:
+            break
+    # Under its memory limit the latency-hiding scheduler starts transfers early for overlap:
+    # offloaded moments come to the device during the backward pass when they fit.
+    if state.optimizer_memory_host_offload and limit is not None:
+        early = Term("moments_early", "offloaded moments brought to the device early (for the update)", moments,
+                     "device", "transient", "params x 8 B / sharding", "optimizer")
+        if base - static_dev + sum(t.bytes for t in layer) + early.bytes <= limit:
+            layer.append(early)
+    phases = {
+        "loss": _loss_terms(cfg, b, S, D, V, A, shards),
+        "layer backward": layer,
+        "backward end": _backward_end_terms(layer, D, V),
+        "optimizer update": _update_terms(state, param_bytes, moments, specs, shards),
+    }
+    # what each phase no longer holds: after the layers, the transposed accumulators; after the
+    # backward pass, the residuals too
+    gone = {"backward end": ("gradient_transposes",),
+            "optimizer update": ("gradient_transposes", "residuals", "pipelined_offload",
+                                 "residuals_second_microbatch")}
+    totals = {name: base + sum(t.bytes for t in ts) - sum(t.bytes for t in terms if t.key in gone.get(name, ())
+                                                          and t.space == "device")
+              for name, ts in phases.items()}
+    peak_phase = max(totals, key=totals.get)
+    peak_terms = [t for t in terms if not (t.key in gone.get(peak_phase, ()) and t.space == "device")]
+    flops_head = 2 * b * S * D * V
+    return Budget(cfg.name, batch, seq, pol.name, mesh, tuple(peak_terms + phases[peak_phase]), peak_phase,
+                  n_acc * recompute_flops, n_acc * (step_flops + 3 * flops_head), hbm_bytes,
+                  tuple(t for name, ts in phases.items() if name != peak_phase for t in ts), mem_fraction,
+                  {name: tuple(ts) for name, ts in phases.items()})
+
+
+def _backward_end_terms(layer: list[Term], D: int, V: int) -> list[Term]:
+    """The last layers' backward with the head's weight gradient, computed late in fp32 and kept
+    until its reduce-scatter after the loop, and the loss gradient the embedding's backward reads."""
+    keep = [t for t in layer if t.key in ("layer_weights", "scratch", "loss_grad", "moments_early")]
+    return keep + [Term("head_grad", "output head's weight gradient (fp32, before its reduce-scatter)", D * V * 4,
+                        "device", "transient", "D x V/tensor x 4 B", "gradients")]
+
+
+def _loss_terms(cfg, b, S, D, V, A, shards) -> list[Term]:
+    """At the start of the backward pass: the logits and their gradient in fp32, the head's weight
+    gradient in the compute dtype, and the head's shard in it."""
+    return [
         Term("logits", "logits and their gradient (fp32)", 2 * b * S * V * 4, "device", "transient",
              f"2 x b x S x V/tensor x 4 B = 2 x {b} x {S} x {V} x 4", "logits"),
-        Term("head", "output head in compute dtype (gathered)", head_gathered, "device", "transient",
-             f"D x V/tensor x {A} B", "logits"),
+        Term("head_grad_compute", "output head's weight gradient in compute dtype", D * V * A, "device",
+             "transient", f"D x V/tensor x {A} B", "logits"),
         Term("head_shard", "output head shard in compute dtype", shards["head/kernel"] * A, "device", "transient",
              f"D x V x {A} B / sharding", "logits"),
     ]
-    layer_total, loss_total = sum(t.bytes for t in layer_terms), sum(t.bytes for t in loss_terms)
-    peak_phase = "layer backward" if layer_total >= loss_total else "loss"
-    peak, other = (layer_terms, loss_terms) if layer_total >= loss_total else (loss_terms, layer_terms)
-    flops_head = 2 * b * S * D * V
-    return Budget(cfg.name, batch, seq, pol.name, mesh, tuple(terms + peak), peak_phase, recompute_flops,
-                  step_flops + 3 * flops_head, hbm_bytes, tuple(other))
 
 
-# Under FSDP, XLA 0.10.2 keeps some of the scanned layers' gradient accumulators in a second,
-# transposed layout through the backward loop (layout assignment around the loop's
-# dynamic-update-slice): one MLP and one attention weight in a dense layer; all three expert
-# weights, the shared expert's gate and the attention output projection in an MoE layer.
+def _update_terms(state, param_bytes, moments, specs, shards) -> list[Term]:
+    """The optimizer update: the gradients of the embedding and the head (the layers' are counted
+    already; and, offloaded, the moments and parameters brought to the device for it)."""
+    grads = sum(shards[s.path] * 4 for s in specs if s.trainable and not s.path.split("/")[0].endswith("layers"))
+    terms = [Term("update_grads", "embedding and head gradients at the update (fp32)", grads, "device", "transient",
+                  "(embedding + head) x 4 B / sharding", "gradients")]
+    if state.optimizer_memory_host_offload:
+        terms.append(Term("update_moments", "AdamW moments brought to the device", moments, "device", "transient",
+                          "params x 8 B / sharding", "optimizer"))
+    if state.parameter_memory_host_offload:
+        terms.append(Term("update_params", "parameters brought to the device", param_bytes, "device", "transient",
+                          "params x 4 B / sharding", "parameters"))
+    return terms
+
+
+# Under FSDP, XLA keeps some of the scanned layers' gradient accumulators in a second, transposed
+# layout through the backward loop (layout assignment around the loop's dynamic-update-slice): one
+# MLP and one attention weight in a dense layer; all three expert weights, the shared expert's gate
+# and the attention output projection in an MoE layer (compiles of jaxlib 0.10.2's XLA).
 _TRANSPOSED_GRADIENTS = {
     False: ("mlp/wi_0", "attention/wq"),
     True: ("mlp/wi_0", "mlp/wi_1", "mlp/wo", "mlp/shared/wi_0", "attention/wo"),
@@ -263,72 +386,124 @@ def _check_divisible(cfg: ModelConfig, batch: int, seq: int, mesh: Mapping[str, 
                              + ",".join(f"{k}={v}" for k, v in mesh.items() if v > 1) + ")")
 
 
+def attention_kernel(cfg: ModelConfig) -> str:
+    """The flash kernel a config compiles with for GPU targets on this machine (``models.flash``)."""
+    qk, v = (cfg.mla.qk_head_dim, cfg.mla.v_head_dim) if cfg.mla is not None else (cfg.head_dim, cfg.head_dim)
+    return flash.kernel_for(qk, v, cfg.dtype)
+
+
 def layer_sizes(cfg: ModelConfig, batch: int, seq: int, mesh: Mapping[str, int], *, routed: bool) -> LayerSizes:
     """Per-device sizes of one layer's tensors under ``mesh`` (a full mesh, as ``parse_mesh`` gives)."""
     data, fsdp, tensor, expert = (mesh[a] for a in MESH_AXES)
-    extra = moe_sizes(cfg, batch // (data * fsdp), expert, tensor, seq) if routed else {}
-    return LayerSizes(b=batch // (data * fsdp * expert), S=seq, D=cfg.d_model, H=cfg.num_heads // tensor,
+    b = batch // (data * fsdp * expert)
+    extra = moe_sizes(cfg, batch // (data * fsdp), expert, tensor, seq, local_tokens=b * seq) if routed else {}
+    if cfg.attention != "flash":
+        pairs = seq * seq
+    elif attention_kernel(cfg) == "cudnn":
+        pairs = flash.causal_pairs(seq)
+    else:
+        pairs = flash.pairs_in_blocks(seq, cfg.flash_block)
+    return LayerSizes(b=b, S=seq, D=cfg.d_model, H=cfg.num_heads // tensor,
                       Hkv=max(cfg.num_kv_heads // tensor, 1), dh=cfg.head_dim, F=cfg.mlp_dim // tensor,
-                      act=cfg.act_bytes, **extra)
+                      act=cfg.act_bytes, attention_pairs=pairs, **extra)
 
 
-def _layer_backward_terms(cfg, pol, graphs, b, S, D, A, mesh, specs, shards, loss_grad) -> list[Term]:
-    """The working set of the largest layer's backward pass (see the module docstring)."""
+def _layer_weights(specs, stack: str, part: str, tensor: int, A: int) -> int:
+    """One layer's weights of ``stack`` whose path contains ``part``, in the compute dtype, split by tensor."""
+    return sum(s.count // s.shape[0] for s in specs if s.path.startswith(f"{stack}/") and part in s.path) * A // tensor
+
+
+# Bytes per attention score of the teaching attentions' backward, most first: fp32 scores and
+# their gradient and bf16 probabilities are 12; with cuBLAS matmuls (MaxText's flags turn Triton's
+# off) and memory to spare under its limit, XLA keeps one or two more fp32 copies for the
+# transposed matmuls (16 B at Llama 3.1 8B, S = 8192 on H100, 18 B at S = 4096: jaxlib 0.10.2).
+SCORE_COPY_BYTES = (18, 16, 12)
+
+
+def _attention_working(cfg, z: LayerSizes, A: int, triton_gemm: bool, score_bytes: int) -> tuple[int, str]:
+    """Bytes of the attention's backward working set, and its formula."""
+    b, S, H, Hkv = z.b, z.S, z.H, z.Hkv
+    qk, vd = (cfg.mla.qk_head_dim, cfg.mla.v_head_dim) if cfg.mla is not None else (z.dh, z.dh)
+    if cfg.attention != "flash":
+        chunked = cfg.attention == "chunked" and S > cfg.attention_chunk and S % cfg.attention_chunk == 0
+        rows, what = (cfg.attention_chunk, f"C={cfg.attention_chunk} query rows") if chunked else (S, "S")
+        per = 12 if triton_gemm else score_bytes  # SCORE_COPY_BYTES
+        return per * b * H * rows * S, f"{per} B x b x H/tensor x {what} x S (fp32 scores and gradients, bf16 probabilities)"
+    if attention_kernel(cfg) == "cudnn":
+        # cuDNN's backward: dQ, dK, dV and the recomputed output with dO (its workspace is 0 in a
+        # compile-only compile: cuDNN sizes it on the GPU), the log-sum-exp in fp32
+        size = (b * S * (2 * H * vd + H * qk + 2 * Hkv * qk)) * A + b * H * S * 4
+        return size, "b x S x (2 H d_v + H d_qk + 2 H_kv d_qk) x 2 B + b x H x S x 4 B (cuDNN flash backward)"
+    blk = flash.block_size(S, cfg.flash_block)
+    size = b * S * (H * qk + Hkv * (qk + vd)) * 4 + 4 * b * H * blk * blk * 4 + b * S * H * (qk + 2 * vd) * A
+    return size, (f"fp32 dQ, dK, dV + 4 fp32 [b, H, {blk}, {blk}] blocks + q, O, dO (the lab's flash backward)")
+
+
+def _layer_backward_terms(cfg, pol, graphs, b, S, D, V, A, mesh, specs, shards, flag_set, state,
+                          score_bytes: int = SCORE_COPY_BYTES[0]) -> list[Term]:
+    """The working set of the largest layer's backward pass (see the module docstring);
+    ``score_bytes``: bytes per attention score the teaching attentions keep (``SCORE_COPY_BYTES``)."""
     best: list[Term] = []
+    tensor, fsdp = mesh["tensor"], mesh["fsdp"]
+    flags = flag_set.flags
+    prefetch = fsdp > 1 and flags.get("xla_gpu_enable_pipelined_all_gather", False)
     for label, count, routed, z, g, residuals, recomputed in graphs:
-        H = z.H
-        if cfg.attention == "chunked" and S > cfg.attention_chunk and S % cfg.attention_chunk == 0:
-            rows, what = cfg.attention_chunk, f"C={cfg.attention_chunk} query rows"
-        else:
-            rows, what = S, "S"
-        scores = b * H * rows * S
+        stack = "moe_layers" if routed else ("layers" if cfg.mla is None else "dense_layers")
         recomputed_keys = {n.key for n in recomputed}
-        mlp_rows = b * S
+        attention_bytes, attention_formula = _attention_working(cfg, z, A, flags.get("xla_gpu_enable_triton_gemm", True),
+                                                                score_bytes)
         mlp = []
-        if routed:
-            rows_moe = z.groups_per_device * z.experts * z.capacity
-            mlp.append(Term("moe_hidden", f"{label}: routed experts' hidden tensors", 3 * rows_moe * z.expert_F * A,
+        if routed and cfg.moe.dispatch == "dropless":
+            # the grouped matmuls' backward over the tile-padded buffer of R rows: the buffer, its
+            # gradient pieces and the down output (R x D, 9 of them), the received rows and their
+            # gradient (4 x the receive buffer), gate, up, product and gradients (6 x R x F_e), and
+            # the expert weights in fp32 gradients and in the compute dtype
+            R, recv, Fe, El = z.expert_rows, z.receive_rows, z.expert_F, z.experts
+            mlp.append(Term("moe_hidden", f"{label}: routed experts' hidden tensors", 6 * R * Fe * A,
+                            "device", "transient", f"6 x R x F_e x {A} B (R = {R} padded rows)", "working"))
+            mlp.append(Term("moe_dispatch", f"{label}: dispatched rows", (9 * R + 4 * recv) * D * A, "device",
+                            "transient", f"(9 x R + 4 x {recv} received) x D x {A} B", "working"))
+            mlp.append(Term("moe_weight_grads", f"{label}: expert weights (fp32 gradients, compute-dtype copies)",
+                            3 * El * D * Fe * (4 + 2 * A), "device", "transient",
+                            "3 x E_local x D x F_e x (4 + 2 x 2) B", "working"))
+        if routed and cfg.moe.dispatch == "capacity":
+            rows = z.groups_per_device * z.experts * z.capacity
+            mlp.append(Term("moe_hidden", f"{label}: routed experts' hidden tensors", 3 * rows * z.expert_F * A,
                             "device", "transient", f"3 x G x E x C x F_e x {A} B", "working"))
-            mlp.append(Term("moe_dispatch", f"{label}: dispatched tokens", 2 * rows_moe * D * A, "device",
+            mlp.append(Term("moe_dispatch", f"{label}: dispatched tokens", 2 * rows * D * A, "device",
                             "transient", f"2 x G x E x C x D x {A} B", "working"))
+        if routed:
             if z.shared_F:
                 mlp.append(Term("shared_hidden", f"{label}: shared expert's hidden tensors",
-                                4 * mlp_rows * z.shared_F * A, "device", "transient",
+                                4 * z.b * S * z.shared_F * A, "device", "transient",
                                 f"4 x b x S x F_shared x {A} B", "working"))
         else:
-            # gate, up, their product and its gradient (3 when gate/up are saved); with tensor
-            # parallelism XLA keeps only the product alive at the peak
-            n_mlp = 1 if mesh["tensor"] > 1 else 4 if {"gate", "up"} & recomputed_keys else 3
-            mlp.append(Term("mlp_hidden", f"{label}: MLP hidden tensors ({n_mlp})", n_mlp * mlp_rows * z.F * A,
+            n_mlp = 1 if tensor > 1 else 4 if {"gate", "up"} & recomputed_keys else 3
+            mlp.append(Term("mlp_hidden", f"{label}: MLP hidden tensors ({n_mlp})", n_mlp * z.b * S * z.F * A,
                             "device", "transient", f"{n_mlp} x b x S x F/tensor x {A} B", "working"))
-        stack = "moe_layers" if routed else ("layers" if cfg.mla is None else "dense_layers")
-        # the q/k/v projection weights (all-gathered under FSDP) are live at the peak when the
-        # backward recomputes q/k/v from them; with q/k/v saved they are needed only later
-        attention_weights = sum(s.count // s.shape[0] for s in specs if s.path.startswith(f"{stack}/attention/w")
-                                and not s.path.endswith("/wo")) * A // mesh["tensor"] if "q" in recomputed_keys else 0
-        # Scores in the backward: fp32 scores and fp32 score gradient (8 B per score), bf16
-        # probabilities (2 B), and sometimes a transposed bf16 copy for the value-gradient matmul
-        # (2 B). XLA 0.10.2 keeps that copy for MLA and for 8+ query heads per KV head; with fewer,
-        # when the out projection is saved while q/k/v and the MLP inputs are not on the device.
-        device_names = set(pol.device)
-        transposed = (cfg.mla is not None or cfg.num_heads // cfg.num_kv_heads >= 8 or (
-            "out_proj" in set(pol.device) | set(pol.offload)
-            and not device_names & {"query_proj", "key_proj", "value_proj", "mlpwi_0", "mlpwi_1"}))
-        per_score = 12 if transposed else 10
-        detail = "2 fp32 + 2 bf16" if transposed else "2 fp32 + 1 bf16"
-        # [b, S, D] tensors of the layer's backward (residual-stream gradients, norm inputs):
-        # 2 fp32 + 6 bf16 without tensor parallelism, 4 bf16 with it
-        scratch, scratch_text = (4 * A, "4 bf16") if mesh["tensor"] > 1 else (2 * 4 + 6 * A, "2 fp32 + 6 bf16")
+        # FSDP: the layer's weights gathered in the compute dtype; with pipelined all-gathers and
+        # double-buffered loops (MaxText's flags) two layers' and a third layer's first MLP matrix
+        if fsdp > 1 or state.parameter_memory_host_offload:
+            # routed experts are sharded over `expert` and gathered inside the MoE block (moe_weight_grads)
+            mlp_w = _layer_weights(specs, stack, "mlp/shared/" if routed else "mlp/", tensor, A)
+            att_w = _layer_weights(specs, stack, "attention/", tensor, A)
+            layers_mlp, layers_att = (7 / 3, 2) if prefetch else (1, 1)
+            gathered = int(layers_mlp * mlp_w + layers_att * att_w)
+            weights = Term("layer_weights", f"{label}: layer weights in compute dtype ({layers_att} layers)", gathered,
+                           "device", "transient", f"{layers_mlp:.3g} x MLP + {layers_att} x attention weights x {A} B",
+                           "working")
+        else:
+            weights = Term("layer_weights", f"{label}: layer weights in compute dtype", 0, "device", "transient",
+                           "no FSDP: the parameters' own buffers", "working")
+        scratch, scratch_text = (4 * A, "4 bf16") if tensor > 1 else (4 + 2 * A, "1 fp32 + 2 bf16")
         terms = [
-            Term("attention_scores", f"{label}: attention scores ({detail})",
-                 per_score * scores, "device", "transient",
-                 f"{per_score} B x b x H/tensor x {what} x S", "working"),
+            Term("attention", f"{label}: attention backward ({cfg.attention})", attention_bytes, "device", "transient",
+                 attention_formula, "working"),
             *mlp,
-            Term("layer_weights", f"{label}: attention weights in {A}-byte compute dtype", attention_weights,
-                 "device", "transient", "q/k/v projection weights x 2 B / tensor (gathered under FSDP)", "working"),
-            Term("scratch", f"{label}: [b, S, D] scratch ({scratch_text})", b * S * D * scratch, "device",
+            weights,
+            Term("scratch", f"{label}: [b, S, D] scratch ({scratch_text})", z.b * S * D * scratch, "device",
                  "transient", f"b x S x D x {scratch} B", "working"),
-            Term("loss_grad", "loss gradient kept for the embedding's backward", loss_grad, "device", "transient",
+            Term("loss_grad", "loss gradient kept for the embedding's backward", z.b * S * V * 4, "device", "transient",
                  "b x S x V/tensor x 4 B", "logits"),
         ]
         if sum(t.bytes for t in terms) > sum(t.bytes for t in best):

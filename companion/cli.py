@@ -1,36 +1,45 @@
 """``python -m companion ...``: the lab's checks for scripts and CI.
 
-Subcommands: ``targets`` (the GPU catalog), ``flags`` (the XLA flag catalog, ``--check``
-a flag string), ``compile`` (the full train step of a model for a target, per-device report),
-``budget`` (the analytic per-device memory budget of the same step, no compile).
-Errors are one line on stderr and a non-zero exit.
+Subcommands: ``targets`` (the GPU catalog and host links), ``flags`` (the XLA flag catalog and
+presets, ``--check`` a flag string), ``compile`` (the full train step of a model for a target,
+per-device report), ``budget`` (the analytic per-device memory budget of the same step, no
+compile). Every verdict is against usable HBM (``--mem-fraction`` of the card, default 0.75 as
+JAX's allocator); compiles use MaxText's GPU flags unless ``--xla-flags`` says otherwise.
+Errors are one line on stderr and exit status 1, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
 from . import flags as xla_flags
 from . import targets
+from .models import configs as models_configs
 
 
 def _targets(args) -> int:
-    rows = [g.to_dict() | {"default_topology": targets.DEFAULT_TOPOLOGY[g.key]} for g in targets.GPUS.values()]
+    fraction = targets.check_mem_fraction(args.mem_fraction)
+    rows = [g.to_dict() | {"default_topology": targets.DEFAULT_TOPOLOGY[g.key], "mem_fraction": fraction,
+                           "usable_hbm_bytes": targets.allocator_limit_bytes(g.hbm_bytes, fraction),
+                           "host_link_detail": g.host_link.to_dict()} for g in targets.GPUS.values()]
     if args.json:
-        print(json.dumps({"gpus": rows, "host_links": {k: {
-            "name": link.name, "bidirectional_bytes_per_s": link.bidirectional_bytes_per_s,
-            "per_direction_bytes_per_s": link.per_direction_bytes_per_s, "note": link.note}
-            for k, link in targets.HOST_LINKS.items()}}, indent=1))
+        print(json.dumps({"gpus": rows, "host_links": {k: link.to_dict() for k, link in targets.HOST_LINKS.items()}},
+                         indent=1))
         return 0
-    print(f"{'gpu':6} {'name':30} {'HBM GiB':>8} {'HBM TB/s':>8} {'bf16 TF/s':>9} {'SMs':>4}  {'cc':5} "
-          f"{'host link':28} {'GB/s/dir':>8}  topology")
+    print(f"{'gpu':6} {'name':32} {'HBM GiB':>8} {'usable':>7} {'HBM TB/s':>8} {'bf16 TF/s':>9} {'SMs':>4}  {'cc':5} "
+          f"{'host link':28} {'GB/s/dir per GPU':>16}  topology")
     for g in targets.GPUS.values():
-        print(f"{g.key:6} {g.name:30} {g.hbm_bytes / targets.GiB:8.1f} {g.hbm_bandwidth / 1e12:8.2f} "
-              f"{g.bf16_dense_flops / 1e12:9.0f} {g.sm_count:4}  {g.cc:5} "
-              f"{g.host_link.name:28} {g.host_link.per_direction_bytes_per_s / 1e9:8.0f}  "
+        link = g.host_link
+        per_gpu = f"{link.bandwidth_per_gpu('d2h') / 1e9:.0f}/{link.bandwidth_per_gpu('h2d') / 1e9:.0f}"
+        print(f"{g.key:6} {g.name:32} {g.hbm_bytes / targets.GiB:8.1f} "
+              f"{targets.allocator_limit_bytes(g.hbm_bytes, fraction) / targets.GiB:7.1f} {g.hbm_bandwidth / 1e12:8.2f} "
+              f"{g.bf16_dense_flops / 1e12:9.0f} {g.sm_count:4}  {g.cc:5} {link.name:28} {per_gpu:>16}  "
               f"{targets.DEFAULT_TOPOLOGY[g.key]}")
+    print(f"usable = {fraction:.2f} x HBM (JAX's allocator, {targets.MEM_FRACTION_ENV}); per GPU = out/back with "
+          "every GPU sharing the link busy")
     return 0
 
 
@@ -39,35 +48,60 @@ def _flags(args) -> int:
         parsed = xla_flags.parse(args.check)
         print(f"ok: {len(parsed)} flag(s) valid for jaxlib {xla_flags.KNOWN_JAXLIB}")
         return 0
+    if args.preset is not None:
+        print(xla_flags.resolve(args.preset).xla_flags())
+        return 0
     for f in xla_flags.CATALOG.values():
         print(f"{f.as_flag():70} [{f.topic}] {f.meaning}")
     return 0
 
 
 def _step_inputs(args):
-    """Validated (model config, target, full mesh) of a ``compile``/``budget`` command line."""
+    """Validated (model config, target, full mesh, flag set) of a ``compile``/``budget`` command line."""
     from . import models, sharding
 
     for name in ("batch", "seq"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be positive, got {getattr(args, name)}")
-    xla_flags.parse(args.xla_flags)  # cheap checks first: a typo should not wait for a compile
+    if args.gpus is not None and args.gpus < 1:
+        raise ValueError(f"--gpus must be positive, got {args.gpus}")
+    flag_set = xla_flags.resolve(args.xla_flags, workarounds=not args.no_workarounds)  # cheap checks first
     cfg = models.config(args.model, **({"attention": args.attention} if args.attention else {}))
-    target = targets.target(args.target) if ":" in args.target else targets.target(args.target, args.gpus)
+    moe = {k: v for k, v in (("dispatch", args.moe), ("capacity_factor", args.capacity_factor),
+                               ("ragged_buffer_factor", args.ragged_buffer_factor)) if v is not None}
+    if moe:
+        if cfg.moe is None:
+            raise ValueError(f"--moe, --capacity-factor and --ragged-buffer-factor need a model with routed experts; "
+                             f"{cfg.name} has none")
+        if moe.get("dispatch", cfg.moe.dispatch) == "capacity" and moe.get("capacity_factor", 1.25) <= 0:
+            raise ValueError(f"--capacity-factor {moe['capacity_factor']} must be positive with --moe capacity "
+                             "(MaxText's capacity_factor <= 0 means dropless: use --moe dropless)")
+        cfg = cfg.with_moe(**moe)
+    fraction = targets.check_mem_fraction(args.mem_fraction)
+    if ":" in args.target:
+        target = targets.target(args.target, mem_fraction=fraction)
+    else:
+        target = targets.target(args.target, args.gpus, mem_fraction=fraction)
     if args.gpus is not None and target.num_devices != args.gpus:
         raise ValueError(f"--target {args.target} has {target.num_devices} GPUs but --gpus is {args.gpus}")
-    return cfg, target, sharding.parse_mesh(args.mesh, target.num_devices)
+    from .train import StateConfig
+
+    state = StateConfig(gradient_accumulation_steps=args.grad_accum, optimizer_memory_host_offload=args.offload_optimizer,
+                        parameter_memory_host_offload=args.offload_params)
+    return cfg, target, sharding.parse_mesh(args.mesh, target.num_devices), flag_set, state
 
 
 def _compile(args) -> int:
     from . import compiler, sharding, train
 
-    cfg, target, mesh = _step_inputs(args)
+    cfg, target, mesh, flag_set, state = _step_inputs(args)
     placement = compiler.place(target, sharding.active_axes(mesh))
-    trainer = train.trainer(cfg, args.policy)
-    report = train.compile_step(trainer, placement, args.batch, args.seq, flags=args.xla_flags)
+    trainer = train.trainer(cfg, args.policy, state=state)
+    report = train.compile_step(trainer, placement, args.batch, args.seq, flags=flag_set)
     out = {"model": cfg.name, "policy": trainer.policy.name, "batch": args.batch, "seq": args.seq,
-           "params": cfg.param_count(), **report.to_dict()}
+           "params": cfg.param_count(), "attention": cfg.attention,
+           "moe": cfg.moe.dispatch if cfg.moe is not None else None,
+           "state": dataclasses.asdict(state), **report.to_dict()}
     print(json.dumps(out, indent=1) if args.json else report.summary())
     return 0
 
@@ -75,11 +109,16 @@ def _compile(args) -> int:
 def _budget(args) -> int:
     from . import budget, models, policies
 
-    cfg, target, mesh = _step_inputs(args)
+    cfg, target, mesh, flag_set, state = _step_inputs(args)
     policy = policies.resolve(args.policy, emitted=models.checkpoint_names(cfg))
-    result = budget.estimate(cfg, args.batch, args.seq, policy, mesh, hbm_bytes=target.gpu.hbm_bytes)
+    result = budget.estimate(cfg, args.batch, args.seq, policy, mesh, target=target, state=state, flags=flag_set)
     if args.json:
-        print(json.dumps({"target": target.name, "num_devices": target.num_devices, **result.to_dict()}, indent=1))
+        out = {"target": target.name, "num_devices": target.num_devices, **result.to_dict(),
+               "flag_set": flag_set.to_dict()}
+        if policy.offloads:
+            out["offload"] = {"checks": {"verdict": "not compiled", "note": "the memcpy-descriptor check needs the "
+                                         "compiled HLO: run `compile`", "workarounds": list(flag_set.workarounds)}}
+        print(json.dumps(out, indent=1))
     else:
         print(f"{target.name} ({target.gpu.name}, {target.num_devices} GPUs)")
         print(result.table())
@@ -94,19 +133,46 @@ def _add_step_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, required=True, help="global batch B (sequences per step)")
     p.add_argument("--seq", type=int, required=True, help="sequence length S")
     p.add_argument("--policy", default="full", help="a MaxText remat_policy preset or a custom .json spec")
-    p.add_argument("--attention", choices=("dot_product", "chunked"), default=None, help="attention implementation")
-    p.add_argument("--xla-flags", default=None, help="XLA flags for this compile (validated first)")
+    p.add_argument("--attention", choices=models_configs.ATTENTION_IMPLS, default=None,
+                   help="attention: flash (the default: cuDNN's fused kernel where JAX can emit it, else the lab's "
+                        "blockwise kernel), dot_product or chunked (teaching options)")
+    p.add_argument("--moe", choices=models_configs.MOE_DISPATCHES, default=None,
+                   help="routed experts: dropless (the default, MaxText's sparse path) or capacity")
+    p.add_argument("--capacity-factor", type=float, default=None, help="the capacity dispatch's capacity_factor")
+    p.add_argument("--ragged-buffer-factor", type=float, default=None,
+                   help="dropless receive buffer under expert parallelism: -1 worst case (MaxText's default), "
+                        "else that many times the balanced size")
+    p.add_argument("--grad-accum", type=int, default=1, help="gradient_accumulation_steps (default 1)")
+    p.add_argument("--offload-optimizer", action="store_true", help="optimizer_memory_host_offload")
+    p.add_argument("--offload-params", action="store_true", help="parameter_memory_host_offload")
+    p.add_argument("--mem-fraction", type=float, default=targets.DEFAULT_MEM_FRACTION,
+                   help="share of HBM JAX's allocator takes (XLA_PYTHON_CLIENT_MEM_FRACTION; default 0.75)")
+    p.add_argument("--xla-flags", default=None,
+                   help="a preset (maxtext_gpu: the default; none: XLA's defaults), optionally followed by "
+                        "--name=value flags; flags alone go on top of maxtext_gpu (validated first)")
+    p.add_argument("--no-workarounds", action="store_true",
+                   help="leave out the lab's fixes for jaxlib 0.10.2 (the wrong offload memcpy descriptors)")
     p.add_argument("--json", action="store_true", help="one JSON object")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (naming the bad value) and exit status 1."""
+
+    def error(self, message: str):
+        self.exit(1, f"error: {message} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m companion", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("targets", help="list the GPU target catalog")
+    parser = _Parser(prog="python -m companion", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = sub.add_parser("targets", help="list the GPU target catalog and host links")
     p.add_argument("--json", action="store_true", help="one JSON object")
+    p.add_argument("--mem-fraction", type=float, default=targets.DEFAULT_MEM_FRACTION,
+                   help="share of HBM JAX's allocator takes, for the usable-HBM column")
     p.set_defaults(run=_targets)
-    p = sub.add_parser("flags", help="list the XLA flag catalog, or --check an XLA_FLAGS string")
+    p = sub.add_parser("flags", help="list the XLA flag catalog, print a preset, or --check an XLA_FLAGS string")
     p.add_argument("--check", metavar="XLA_FLAGS", help="validate this flag string; exit 1 if it is not valid")
+    p.add_argument("--preset", choices=tuple(xla_flags.PRESETS), help="print a preset as an XLA_FLAGS string")
     p.set_defaults(run=_flags)
     p = sub.add_parser("compile", help="compile a model's full train step for a target; per-device memory report")
     _add_step_arguments(p)
@@ -128,8 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
+    except (ValueError, OSError) as err:
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
         return 1
 
 

@@ -37,11 +37,13 @@ import jax
 
 LOCATIONS = ("remat", "device", "offload")
 
-# Every per-tensor key of MaxText's `custom` policy (base.yml).
+# Every per-tensor key of MaxText's `custom` policy (src/maxtext/configs/base.yml lines 361-382,
+# snapshot of 2026-08-22), in its order. MaxText leaves `engram` out of the lists its `custom`
+# policy saves or offloads (configs/types.py), so it only ever means recompute there.
 TENSOR_NAMES = (
-    "decoder_layer_input", "context", "mlpwi", "mlpwi_0", "mlpwi_1", "mlpwo",
+    "decoder_layer_input", "indexer_cutoff_threshold", "context", "mlpwi", "mlpwi_0", "mlpwi_1", "mlpwo",
     "moe_mlpwi_0", "moe_mlpwi_1", "moe_mlpwo", "query_proj", "key_proj", "value_proj", "kv_proj",
-    "qkv_proj", "query_wa_proj", "kv_wa_proj", "mla_q", "mla_kv", "attention_out", "out_proj",
+    "qkv_proj", "out_proj", "query_wa_proj", "kv_wa_proj", "mla_q", "mla_kv", "attention_out", "engram",
 )
 
 _QKV = ("query_proj", "value_proj", "key_proj", "kv_proj", "qkv_proj")
@@ -58,6 +60,7 @@ class Policy:
     description: str = ""
     save_all: bool = False  # no remat at all: autodiff keeps every residual it needs
     is_custom: bool = False  # built from a per-tensor spec (checked strictly against the model's names)
+    remat: tuple[str, ...] = ()  # names a custom spec sets to remat explicitly (reported when not emitted)
 
     @property
     def offloads(self) -> bool:
@@ -88,7 +91,7 @@ class Policy:
     def describe(self, emitted: Iterable[str]) -> str:
         """A table of the model's names and where this policy keeps each."""
         emitted = sorted(emitted)
-        ignored = sorted(set(self.device + self.offload) - set(emitted))
+        ignored = sorted(set(self.device + self.offload + self.remat) - set(emitted))
         lines = [f"policy {self.name}: {self.description}".rstrip(": ")]
         for tensor, where in self.touched(emitted).items():
             note = " (the scan carry: kept on device even when not named)" if (
@@ -132,7 +135,7 @@ NO_REMAT = Policy("no_remat", description="no rematerialization: keep every inte
 def custom(spec: Mapping[str, str], name: str = "custom", known: Iterable[str] = TENSOR_NAMES) -> Policy:
     """A policy from ``{tensor: "remat" | "device" | "offload"}`` (MaxText's ``custom``)."""
     known = tuple(known)
-    device, offload = [], []
+    device, offload, remat = [], [], []
     for tensor, where in spec.items():
         if tensor not in known:
             close = difflib.get_close_matches(tensor, known, n=2, cutoff=0.6)
@@ -143,8 +146,8 @@ def custom(spec: Mapping[str, str], name: str = "custom", known: Iterable[str] =
         if tensor == "decoder_layer_input" and where == "remat":
             raise ValueError("decoder_layer_input cannot be 'remat': it is the scan carry every layer recomputes "
                              "from; choose 'device' or 'offload'")
-        (device if where == "device" else offload if where == "offload" else []).append(tensor)
-    return Policy(name, tuple(device), tuple(offload), "custom", is_custom=True)
+        (device if where == "device" else offload if where == "offload" else remat).append(tensor)
+    return Policy(name, tuple(device), tuple(offload), "custom", is_custom=True, remat=tuple(remat))
 
 
 def load_custom(path: str | Path) -> Policy:

@@ -6,6 +6,13 @@ The same step runs concretely (tiny configs on the CPU, in seconds) and abstract
 Mixed precision, MaxText's way: parameters, gradients and Adam moments in ``weight_dtype``
 (float32 master weights); matmuls and activations in ``dtype`` (bfloat16); logits and the loss
 in float32.
+
+MaxText's training-state levers (``StateConfig``): ``gradient_accumulation_steps`` (the batch
+split into microbatches, their gradients summed in an fp32 accumulator, one optimizer update),
+``optimizer_memory_host_offload`` (AdamW's moments live in pinned host memory and come to the
+device for the update) and ``parameter_memory_host_offload`` (the fp32 parameters live in pinned
+host memory; each scanned layer's weights come to the device when the layer runs, all of them
+for the update), as MaxText's ``train.py`` and ``decoders.py`` do.
 """
 
 from __future__ import annotations
@@ -22,15 +29,20 @@ from jax.sharding import NamedSharding, PartitionSpec
 from . import compiler, models, policies
 from .models import layers as layers_lib
 from .models.configs import ModelConfig
-from .sharding import AxisRules
+from .sharding import AxisRules, constrain
 
 
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
-    """AdamW (MaxText defaults) on a linear-warmup, cosine-decay schedule, with global-norm clipping."""
+    """AdamW on a linear-warmup, cosine-decay schedule, with global-norm clipping.
 
-    learning_rate: float = 3e-4
-    warmup_steps: int = 100
+    MaxText's defaults (``configs/base.yml``): ``learning_rate`` 3e-5, ``warmup_steps_fraction``
+    0.1, b1 0.9, b2 0.95, eps 1e-8, weight decay 0.1, clipping at 1.0, decay to 10 % of the peak.
+    ``total_steps`` is the lab's (MaxText's ``steps`` is 150,001).
+    """
+
+    learning_rate: float = 3e-5
+    warmup_fraction: float = 0.1
     total_steps: int = 10_000
     final_fraction: float = 0.1  # the schedule ends at learning_rate x final_fraction
     b1: float = 0.9
@@ -41,9 +53,13 @@ class OptimizerConfig:
     mu_dtype: str | None = None  # None: the parameters' dtype
 
     def __post_init__(self):
-        if self.learning_rate <= 0 or self.total_steps < 1 or not 0 <= self.warmup_steps < self.total_steps:
-            raise ValueError(f"bad optimizer schedule: learning_rate {self.learning_rate}, warmup_steps "
-                             f"{self.warmup_steps}, total_steps {self.total_steps}")
+        if self.learning_rate <= 0 or self.total_steps < 1 or not 0 <= self.warmup_fraction < 1:
+            raise ValueError(f"bad optimizer schedule: learning_rate {self.learning_rate}, warmup_fraction "
+                             f"{self.warmup_fraction} (in [0, 1)), total_steps {self.total_steps}")
+
+    @property
+    def warmup_steps(self) -> int:
+        return int(self.warmup_fraction * self.total_steps)
 
     def schedule(self) -> optax.Schedule:
         return optax.warmup_cosine_decay_schedule(
@@ -69,49 +85,112 @@ def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
 
 
 @dataclasses.dataclass(frozen=True)
+class StateConfig:
+    """Where the training state lives and how a step consumes the batch (MaxText's keys)."""
+
+    gradient_accumulation_steps: int = 1
+    optimizer_memory_host_offload: bool = False
+    parameter_memory_host_offload: bool = False
+
+    def __post_init__(self):
+        n = self.gradient_accumulation_steps
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"gradient_accumulation_steps must be a positive integer, got {n!r}")
+
+
+def _to(space, tree):
+    """``jax.device_put`` every leaf to a memory space (``jax.memory.Space.Device`` or ``.Host``)."""
+    return jax.tree.map(lambda x: jax.device_put(x, space), tree)
+
+
+@dataclasses.dataclass(frozen=True)
 class Trainer:
-    """A model's structure plus everything static about its step (optimizer, remat policy)."""
+    """A model's structure plus everything static about its step (optimizer, remat policy, state)."""
 
     cfg: ModelConfig
     graphdef: Any
     optimizer: optax.GradientTransformation
     policy: policies.Policy
+    state: StateConfig = StateConfig()
 
     def loss(self, params, rest, batch) -> jax.Array:
         model = nnx.merge(self.graphdef, params, rest)
-        logits = model(batch["inputs"], self.policy.jax_policy())
+        logits = model(batch["inputs"], self.policy.jax_policy(),
+                       params_on_host=self.state.parameter_memory_host_offload)
         return cross_entropy(logits, batch["targets"])
+
+    def loss_and_grads(self, params, rest, batch):
+        """Loss and gradients of the whole batch: with gradient accumulation, a scan over
+        microbatches summing fp32 gradients (the accumulator MaxText keeps), then their mean."""
+        n = self.state.gradient_accumulation_steps
+        if n == 1:
+            return jax.value_and_grad(self.loss)(params, rest, batch)
+        batch_size = batch["inputs"].shape[0]
+        if batch_size % n:
+            raise ValueError(f"batch {batch_size} does not split into {n} gradient accumulation steps")
+
+        def micro(x):  # microbatch i takes rows i, i + n, ...: each stays spread over the batch's devices
+            x = x.reshape(batch_size // n, n, *x.shape[1:]).swapaxes(0, 1)
+            return constrain(x, (None, "activation_batch", "activation_length"))
+
+        def body(carry, microbatch):
+            loss_sum, acc = carry
+            loss, grads = jax.value_and_grad(self.loss)(params, rest, microbatch)
+            acc = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), acc, grads)
+            return (loss_sum + loss, acc), None
+
+        zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+        (loss_sum, acc), _ = jax.lax.scan(body, (jnp.zeros((), jnp.float32), zeros), jax.tree.map(micro, batch))
+        grads = jax.tree.map(lambda a, p: (a / n).astype(p.dtype), acc, params)
+        return loss_sum / n, grads
 
     def step(self, params, rest, opt_state, batch):
         """One step: ``(params, opt_state, metrics)`` from ``(params, rest, opt_state, batch)``."""
-        loss, grads = jax.value_and_grad(self.loss)(params, rest, batch)
+        loss, grads = self.loss_and_grads(params, rest, batch)
+        if self.state.optimizer_memory_host_offload:  # the moments come to the device for the update
+            opt_state = _to(jax.memory.Space.Device, opt_state)
+        if self.state.parameter_memory_host_offload:  # all parameters, for the update (and the gradients,
+            params = _to(jax.memory.Space.Device, params)  # which autodiff returns where the parameters live)
+            grads = _to(jax.memory.Space.Device, grads)
         updates, opt_state = self.optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
+        if self.state.optimizer_memory_host_offload:
+            opt_state = _to(jax.memory.Space.Host, opt_state)
+        if self.state.parameter_memory_host_offload:
+            params = _to(jax.memory.Space.Host, params)
         return params, opt_state, {"loss": loss, "grad_norm": optax.tree.norm(grads)}
 
     def grads(self, params, rest, batch):
-        return jax.grad(self.loss)(params, rest, batch)
+        return self.loss_and_grads(params, rest, batch)[1]
 
     def jit_step(self) -> Callable:
         return jax.jit(self.step, donate_argnums=(0, 2))
 
 
 def trainer(cfg: ModelConfig | str, policy="full", optimizer: OptimizerConfig = OptimizerConfig(),
-            rules: AxisRules = AxisRules(), model: nnx.Module | None = None) -> Trainer:
+            rules: AxisRules = AxisRules(), model: nnx.Module | None = None,
+            state: StateConfig = StateConfig()) -> Trainer:
     """The trainer for a config; ``model`` (concrete or abstract) provides the graph structure."""
     cfg = models.config(cfg)
     model = model if model is not None else models.abstract(cfg, rules)
     graphdef, _, _ = nnx.split(model, nnx.Param, ...)
     resolved = policies.resolve(policy, emitted=model.checkpoint_names())
-    return Trainer(cfg, graphdef, optimizer.optimizer(), resolved)
+    return Trainer(cfg, graphdef, optimizer.optimizer(), resolved, state)
 
 
-def init(cfg: ModelConfig | str, policy="full", optimizer: OptimizerConfig = OptimizerConfig(), seed: int = 0):
+def init(cfg: ModelConfig | str, policy="full", optimizer: OptimizerConfig = OptimizerConfig(), seed: int = 0,
+         state: StateConfig = StateConfig()):
     """Concrete ``(trainer, params, rest, opt_state)`` for configs that fit this machine."""
     model = models.build(cfg, seed)
-    t = trainer(model.cfg, policy, optimizer, model=model)
+    t = trainer(model.cfg, policy, optimizer, model=model, state=state)
     _, params, rest = nnx.split(model, nnx.Param, ...)
-    return t, params, rest, t.optimizer.init(params)
+    opt_state = t.optimizer.init(params)
+    # offloaded state starts where the step expects it (a buffer in the wrong memory kind is an XLA abort)
+    if state.optimizer_memory_host_offload:
+        opt_state = _to(jax.memory.Space.Host, opt_state)
+    if state.parameter_memory_host_offload:
+        params = _to(jax.memory.Space.Host, params)
+    return t, params, rest, opt_state
 
 
 def synthetic_batch(cfg: ModelConfig, batch: int, seq: int, seed: int = 0) -> dict[str, jax.Array]:
@@ -145,6 +224,15 @@ class AbstractState:
     def arguments(self) -> tuple:
         return self.params, self.rest, self.opt_state, self.batch
 
+    def host_arguments(self, state: StateConfig) -> list[bool] | None:
+        """Per argument leaf: lives in pinned host memory (offloaded parameters or optimizer state)."""
+        if not (state.optimizer_memory_host_offload or state.parameter_memory_host_offload):
+            return None
+        return ([state.parameter_memory_host_offload] * len(jax.tree.leaves(self.params))
+                + [False] * len(jax.tree.leaves(self.rest))
+                + [state.optimizer_memory_host_offload] * len(jax.tree.leaves(self.opt_state))
+                + [False] * len(jax.tree.leaves(self.batch)))
+
 
 def abstract_state(t: Trainer, placement: compiler.Placement, batch: int, seq: int,
                    rules: AxisRules = AxisRules()) -> AbstractState:
@@ -158,17 +246,21 @@ def abstract_state(t: Trainer, placement: compiler.Placement, batch: int, seq: i
     param_specs = _spec_tree(params, mesh_shape, rules, "parameter")
     rest_specs = _spec_tree(rest, mesh_shape, rules, "variable")
 
-    def place(tree, specs):  # each Variable's value becomes a sharded ShapeDtypeStruct
-        return jax.tree.map(lambda s, v: v.replace(jax.ShapeDtypeStruct(v.shape, v.dtype,
-                                                                        sharding=NamedSharding(mesh, s))),
-                            specs, tree)
+    host = "pinned_host"
+    params_kind = host if t.state.parameter_memory_host_offload else None
+    opt_kind = host if t.state.optimizer_memory_host_offload else None
 
-    abstract_params = place(params, param_specs)
+    def place(tree, specs, kind=None):  # each Variable's value becomes a sharded ShapeDtypeStruct
+        return jax.tree.map(lambda s, v: v.replace(jax.ShapeDtypeStruct(
+            v.shape, v.dtype, sharding=NamedSharding(mesh, s, memory_kind=kind))), specs, tree)
+
+    abstract_params = place(params, param_specs, params_kind)
     abstract_rest = place(rest, rest_specs)
-    opt_shapes = jax.eval_shape(t.optimizer.init, abstract_params)
+    opt_shapes = jax.eval_shape(t.optimizer.init, place(params, param_specs))
     replicated = NamedSharding(mesh, PartitionSpec())
     opt_state = optax.tree_map_params(
-        t.optimizer, lambda leaf, spec: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=NamedSharding(mesh, spec)),
+        t.optimizer, lambda leaf, spec: jax.ShapeDtypeStruct(
+            leaf.shape, leaf.dtype, sharding=NamedSharding(mesh, spec, memory_kind=opt_kind)),
         opt_shapes, jax.tree.map(lambda s, v: v.replace(s), param_specs, params),
         transform_non_params=lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=replicated))
     token_spec = rules.spec(("activation_batch", "activation_length"), mesh_shape, (batch, seq), what="batch")
@@ -211,7 +303,8 @@ def layer_stack_loss(cfg: ModelConfig, policy, rules: AxisRules = AxisRules()):
 
 
 def compile_layer_stack(cfg: ModelConfig | str, policy, placement: compiler.Placement, batch: int, seq: int, *,
-                        flags=None, rules: AxisRules = AxisRules()) -> compiler.CompileReport:
+                        flags=None, workarounds: bool = True, dump: bool = False,
+                        rules: AxisRules = AxisRules()) -> compiler.CompileReport:
     """Compile forward + backward of the decoder layers alone (gradients of weights and input)."""
     cfg = models.config(cfg)
     loss, model, stacks = layer_stack_loss(cfg, policy, rules)
@@ -225,11 +318,15 @@ def compile_layer_stack(cfg: ModelConfig | str, policy, placement: compiler.Plac
     x_spec = rules.spec(("activation_batch", "activation_length", "activation_embed"), mesh_shape,
                         (batch, seq, cfg.d_model), what="layer input")
     x = placement.abstract((batch, seq, cfg.d_model), cfg.dtype, x_spec)
-    return compiler.compile(jax.grad(loss, argnums=(0, 1)), params, x, placement=placement, flags=flags)
+    return compiler.compile(jax.grad(loss, argnums=(0, 1)), params, x, placement=placement, flags=flags,
+                            workarounds=workarounds, dump=dump)
 
 
 def compile_step(t: Trainer, placement: compiler.Placement, batch: int, seq: int, *,
-                 flags=None, dump: bool = False, rules: AxisRules = AxisRules()) -> compiler.CompileReport:
-    """Compile the full train step (forward, backward, optimizer update) for ``placement``."""
+                 flags=None, workarounds: bool = True, dump: bool = False,
+                 rules: AxisRules = AxisRules()) -> compiler.CompileReport:
+    """Compile the full train step (forward, backward, optimizer update) for ``placement``
+    (flags: see ``compiler.compile``; by default MaxText's GPU flags and the lab's workarounds)."""
     state = abstract_state(t, placement, batch, seq, rules)
-    return compiler.compile(t.jit_step(), *state.arguments(), placement=placement, flags=flags, dump=dump)
+    return compiler.compile(t.jit_step(), *state.arguments(), placement=placement, flags=flags,
+                            workarounds=workarounds, dump=dump, host_arguments=state.host_arguments(t.state))

@@ -2,6 +2,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 
 def companion(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "companion", *args], capture_output=True, text=True, timeout=120)
@@ -12,13 +14,19 @@ def test_targets_json_lists_the_catalog_with_memory_and_links():
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     gpus = {g["key"]: g for g in data["gpus"]}
-    assert set(gpus) >= {"h100", "h200", "b200", "gb200"}
+    assert set(gpus) >= {"h100", "h200", "gh200", "b200", "gb200"}
     for g in gpus.values():
-        assert g["hbm_bytes"] > 70 * 2**30
+        assert g["hbm_bytes"] > 70 * 2**30 and g["usable_hbm_bytes"] < g["hbm_bytes"] and g["mem_fraction"] == 0.75
         assert g["host_link_bidirectional_bytes_per_s"] == 2 * g["host_link_per_direction_bytes_per_s"]
     assert gpus["gb200"]["host_link_bidirectional_bytes_per_s"] == 900e9
     assert gpus["h100"]["host_link_bidirectional_bytes_per_s"] == 128e9
-    assert data["host_links"]["nvlink_c2c_vera_rubin"]["bidirectional_bytes_per_s"] == 1800e9
+    links = data["host_links"]
+    for link in links.values():  # nominal and achievable per direction, who shares it, the memory behind it
+        assert link["nominal_gb_per_s_per_direction"] >= max(link["achievable_gb_per_s"].values()) > 0
+        assert link["gpus_per_link"] >= 1 and link["host_memory_gb_per_s"] > 0 and link["gpus_per_host_memory"] >= 1
+    assert links["nvlink_c2c_vera_rubin"]["nominal_gb_per_s_per_direction"] == 900
+    assert links["nvlink_c2c_gb200"]["gpus_per_link"] == 2 and links["nvlink_c2c_gh200"]["gpus_per_link"] == 1
+    assert links["pcie5_x16"]["achievable_gb_per_s"]["h2d"] == pytest.approx(55, abs=1)
     assert out.stderr == ""
 
 
@@ -48,7 +56,12 @@ def test_compile_prints_one_json_object_per_device(tmp_path):
         assert key in report["host"]
     assert report["host"]["temp_bytes"] > 0 and report["offload"]["d2h_ops"] >= 1 and report["offload"]["h2d_ops"] >= 1
     assert report["compile_seconds"] > 0
-    assert report["flags"] == {"xla_gpu_enable_latency_hiding_scheduler": True}
+    assert report["flags"]["xla_gpu_enable_latency_hiding_scheduler"] == "true"
+    assert report["flag_set"]["preset"] == "maxtext_gpu" and report["flag_set"]["workarounds"] == ["offload_descriptors"]
+    assert report["flag_set"]["overrides"] == {"xla_gpu_enable_latency_hiding_scheduler": "true"}
+    assert report["mem_fraction"] == 0.75 and report["usable_hbm_bytes"] < report["hbm_bytes"]
+    assert report["fits"] is True and report["margin_bytes"] == report["usable_hbm_bytes"] - report["device"]["peak_bytes"]
+    assert report["offload"]["checks"]["verdict"] != "wrong" and report["offload"]["checks"]["host_wrong"] == 0
     # matmul FLOPs per device per step, and the bytes the offload moves each way
     assert report["flops"] > 0 and report["flops_by_phase"]["backward"] > report["flops_by_phase"]["forward"]
     assert report["offload"]["d2h_bytes_per_step"] == report["offload"]["h2d_bytes_per_step"] > 0

@@ -59,15 +59,20 @@ def test_cublas_gemm_and_convolution_flops():
 
 
 @functools.cache
-def stack_report(policy: str):
+def stack_report(policy: str, flags: str | None = None):
     placement = compiler.place(targets.target("h100"))
-    return train.compile_layer_stack(models.config("llama3.1-8b", num_layers=4), policy, placement, 8, 4096)
+    return train.compile_layer_stack(models.config("llama3.1-8b", num_layers=4), policy, placement, 8, 4096,
+                                     flags=flags)
 
 
-def test_full_remat_costs_about_one_extra_forward_pass():
-    ratio = stack_report("full").flops.total / stack_report("no_remat").flops.total
-    assert 1.25 <= ratio <= 1.40
-    assert stack_report("no_remat").flops.recompute == 0
+def test_full_remat_costs_one_extra_forward_pass_less_the_down_projection():
+    full, none = stack_report("full").flops.by_phase, stack_report("no_remat").flops.by_phase
+    assert "recompute" not in none and full["forward"] == none["forward"] and full["backward"] == none["backward"]
+    # The recomputed forward skips `mlpwo`: its output only feeds the residual add, whose gradient
+    # does not need it, so XLA removes it as dead code.
+    cfg, per_gpu_tokens = models.config("llama3.1-8b", num_layers=4), 8 * 4096 // 8
+    down_projection = 2 * per_gpu_tokens * cfg.d_model * cfg.mlp_dim
+    assert full["recompute"] == full["forward"] - cfg.num_layers * down_projection
 
 
 def test_offloading_adds_no_recompute_for_what_it_offloads():
@@ -91,8 +96,12 @@ def test_in_place_updates_cost_only_the_slice():
         instr = next(i for i in module.scheduled() if i.name == c.name)
         buffer = hlo.flatten_shape(instr.shape)[0]
         others = sum(s.bytes for s in module.operand_shapes(instr) if s != buffer)
-        # the stacked [L, ...] buffer is neither read nor rewritten whole: one layer's slice is written
-        assert c.bytes <= others + buffer.bytes // buffer.dims[0], c
+        fused = module.computations[instr.called[0]]
+        update = next(fused.by_name[i.operands[1]].shape.bytes for i in fused.instructions
+                      if i.opcode == "dynamic-update-slice")
+        # the stacked [L, ...] buffer is neither read nor rewritten whole: at most the fusion's other
+        # inputs are read (less where it slices them), and the update (in the buffer's dtype) is written
+        assert update <= c.bytes <= others + update and update < buffer.bytes, c
 
 
 def test_roofline_times():
@@ -103,7 +112,10 @@ def test_roofline_times():
     assert roofline.op_seconds(copy, g) == pytest.approx(1e-3)
     assert roofline.matmul_rate(g, "f32") == g.bf16_dense_flops / 2
     assert roofline.matmul_rate(g, "f8e4m3fn") == g.fp8_dense_flops
-    assert roofline.transfer_seconds(64e9, targets.host_link("pcie5_x16")) == pytest.approx(1.0)
+    pcie = targets.host_link("pcie5_x16")
+    assert roofline.transfer_seconds(55.2e9, pcie, "d2h") == pytest.approx(1.0)  # the measured bandwidth
+    gb200 = targets.host_link("nvlink_c2c_gb200")
+    assert roofline.transfer_seconds(1e9, gb200, "h2d") == pytest.approx(2 * roofline.transfer_seconds(1e9, gb200, "h2d", 1))
 
 
 def test_break_even_of_a_projection_is_two_peak_over_its_input_width():
@@ -118,13 +130,15 @@ def test_break_even_of_a_projection_is_two_peak_over_its_input_width():
 def test_naive_step_adds_transfers_to_compute():
     r = stack_report("minimal_offloaded")
     pcie = roofline.step_time(r, targets.target("h100"))
-    c2c = roofline.step_time(r, targets.target("h100"), targets.host_link("nvlink_c2c"))
+    c2c = roofline.step_time(r, targets.target("h100"), targets.host_link("nvlink_c2c_gh200"))
     assert pcie.d2h_bytes == r.offload.d2h_bytes_per_step > 0
-    assert pcie.transfer_seconds == pytest.approx(2 * r.offload.d2h_bytes_per_step / 64e9)
+    assert pcie.transfer_seconds == pytest.approx(r.offload.d2h_bytes_per_step / 55.2e9
+                                                  + r.offload.h2d_bytes_per_step / 55.4e9)
     assert pcie.naive_seconds == pytest.approx(pcie.compute_seconds + pcie.transfer_seconds)
     assert c2c.naive_seconds < pcie.naive_seconds and c2c.compute_seconds == pcie.compute_seconds
     assert pcie.overlapped_seconds == max(pcie.compute_seconds, pcie.d2h_seconds, pcie.h2d_seconds)
-    bodies = roofline.loop_body_seconds(r, targets.target("h100"))
+    layered = stack_report("minimal_offloaded", "none")  # XLA's defaults: one layer per loop iteration
+    bodies = roofline.loop_body_seconds(layered, targets.target("h100"))
     assert sorted(trips for trips, _ in bodies.values()) == [4, 4]
 
 
@@ -135,8 +149,8 @@ def test_time_call_measures_a_real_call():
 
 
 def test_pinned_host_pool_from_the_environment():
-    assert targets.pinned_host_pool_bytes({}) == 64 * 10**9
-    assert targets.pinned_host_pool_bytes({"XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB": "256"}) == 256 * 10**9
-    assert targets.pinned_host_pool_bytes({"XLA_PJRT_GPU_HOST_MEMORY_PREALLOCATE": "true"}) == 16 * 10**9
-    with pytest.raises(ValueError, match="a number of GB"):
+    assert targets.pinned_host_pool_bytes({}) == 64 * 2**30  # GiB: XLA reads the value << 30
+    assert targets.pinned_host_pool_bytes({"XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB": "256"}) == 256 * 2**30
+    assert targets.pinned_host_pool_bytes({"XLA_PJRT_GPU_HOST_MEMORY_PREALLOCATE": "true"}) == 16 * 2**30
+    with pytest.raises(ValueError, match="whole number of GiB"):
         targets.pinned_host_pool_bytes({"XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB": "lots"})

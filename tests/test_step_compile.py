@@ -17,13 +17,17 @@ def test_full_size_models_compile_and_offload_lowers_the_peak_by_what_it_moves(m
     assert minimal.host.temp_bytes == 0 and offloaded.host.temp_bytes > 10 * GiB
     saved = minimal.device.peak_bytes - offloaded.device.peak_bytes
     assert saved == pytest.approx(offloaded.host.temp_bytes, rel=0.10)
-    assert offloaded.offload.d2h_bytes_per_step == offloaded.offload.h2d_bytes_per_step > 0
+    # every offloaded byte goes out once; with pipelined collectives XLA's collective pipeliner peels a
+    # few host reads into extra prologue iterations, so a little more can come back
+    assert offloaded.offload.d2h_bytes_per_step == offloaded.host.temp_bytes
+    assert offloaded.host.temp_bytes <= offloaded.offload.h2d_bytes_per_step <= 1.1 * offloaded.host.temp_bytes
 
 
 @pytest.mark.parametrize("model", ["llama3.1-405b", "deepseek-v3-671b"])
 def test_configurations_over_hbm_still_compile_and_say_by_how_much(model):
     r = compile_big(model, "minimal")
-    assert not r.fits and r.hbm_margin_bytes == r.hbm_bytes - r.device.peak_bytes < 0
+    assert not r.fits and r.margin_bytes == r.usable_hbm_bytes - r.device.peak_bytes < 0
+    assert r.usable_hbm_bytes == pytest.approx(0.75 * r.hbm_bytes, abs=2**21)
     assert "does NOT fit, over by" in r.summary()
     # parameters + 2 Adam moments in float32, FSDP-sharded over 64 GPUs
     params = train.models.config(model).param_count()

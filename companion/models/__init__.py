@@ -21,13 +21,9 @@ def model_class(cfg: ModelConfig):
 
 def checkpoint_names(cfg: ModelConfig | str) -> frozenset[str]:
     """The checkpoint names a config's model emits (without building it)."""
-    from .deepseek import MLA_NAMES, MOE_NAMES
-    from .llama import CHECKPOINT_NAMES
+    from .layers import checkpoint_names as names
 
-    cfg = config(cfg)
-    if cfg.mla is None:
-        return CHECKPOINT_NAMES
-    return CHECKPOINT_NAMES | MLA_NAMES | (MOE_NAMES if cfg.num_moe_layers else frozenset())
+    return names(config(cfg))
 
 
 def build(cfg: ModelConfig | str, seed: int = 0, rules: AxisRules = AxisRules()) -> nnx.Module:

@@ -13,7 +13,11 @@ import difflib
 import jax.numpy as jnp
 
 DTYPES = ("float32", "bfloat16", "float16")
-ATTENTION_IMPLS = ("dot_product", "chunked")
+# flash: cuDNN's fused flash attention where JAX can emit it, the lab's blockwise flash kernel
+# elsewhere (models/flash.py), as MaxText GPU runs use (attention: cudnn_flash_te); dot_product
+# and chunked stay as teaching options (the [b, H, S, S] scores, or one query chunk of them).
+ATTENTION_IMPLS = ("flash", "dot_product", "chunked")
+MOE_DISPATCHES = ("dropless", "capacity")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +37,14 @@ class Mla:
 
 @dataclasses.dataclass(frozen=True)
 class Moe:
-    """Routed experts with top-k sigmoid routing (plus a load-balancing bias) and shared experts."""
+    """Routed experts with top-k sigmoid routing (plus a load-balancing bias) and shared experts.
+
+    ``dispatch``: ``dropless`` (MaxText's default sparse path, ``capacity_factor: -1``: tokens
+    sorted by expert and a grouped matmul, none dropped) or ``capacity`` (MaxText's dense path:
+    ``capacity_factor`` x the balanced share of tokens per expert, the rest dropped).
+    ``ragged_buffer_factor`` sizes the dropless receive buffer under expert parallelism as MaxText
+    does: -1 for the worst case (never drops), else that many times the balanced size.
+    """
 
     num_experts: int
     experts_per_token: int
@@ -41,7 +52,10 @@ class Moe:
     shared_experts: int = 1
     first_dense_layers: int = 0
     routed_scaling_factor: float = 1.0
-    capacity_factor: float = 1.25  # expert buffer = capacity_factor x the balanced share of tokens
+    dispatch: str = "dropless"
+    capacity_factor: float = 1.25  # the capacity path's expert buffer, x the balanced share of tokens
+    ragged_buffer_factor: float = -1.0
+    tile: int = 128  # rows per grouped-matmul tile (each expert's rows padded to a multiple)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,8 +90,9 @@ class ModelConfig:
     moe: Moe | None = None
     weight_dtype: str = "float32"
     dtype: str = "bfloat16"
-    attention: str = "dot_product"
+    attention: str = "flash"
     attention_chunk: int = 1024  # query block of the "chunked" attention
+    flash_block: int = 512  # query/key block of the lab's flash kernel (cuDNN picks its own tiles)
 
     def __post_init__(self):
         positive = ["vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads", "head_dim", "mlp_dim"]
@@ -90,8 +105,9 @@ class ModelConfig:
                 raise ValueError(f"{self.name}: {field} {getattr(self, field)!r} is not one of {', '.join(DTYPES)}")
         if self.attention not in ATTENTION_IMPLS:
             raise ValueError(f"{self.name}: attention {self.attention!r} is not one of {', '.join(ATTENTION_IMPLS)}")
-        if self.attention_chunk < 1:
-            raise ValueError(f"{self.name}: attention_chunk must be positive, got {self.attention_chunk}")
+        for field in ("attention_chunk", "flash_block"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"{self.name}: {field} must be positive, got {getattr(self, field)}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"{self.name}: num_kv_heads {self.num_kv_heads} does not divide num_heads {self.num_heads}")
         if self.mla is None and self.d_model % self.num_heads:
@@ -115,8 +131,15 @@ class ModelConfig:
             if not 0 <= m.first_dense_layers <= self.num_layers:
                 raise ValueError(f"{self.name}: moe.first_dense_layers {m.first_dense_layers} is outside "
                                  f"0..{self.num_layers}")
-            if m.shared_experts < 0 or m.capacity_factor <= 0:
-                raise ValueError(f"{self.name}: moe.shared_experts must be >= 0 and moe.capacity_factor > 0")
+            if m.dispatch not in MOE_DISPATCHES:
+                raise ValueError(f"{self.name}: moe.dispatch {m.dispatch!r} is not one of {', '.join(MOE_DISPATCHES)}")
+            if m.shared_experts < 0:
+                raise ValueError(f"{self.name}: moe.shared_experts must be >= 0, got {m.shared_experts}")
+            if m.dispatch == "capacity" and m.capacity_factor <= 0:
+                raise ValueError(f"{self.name}: the capacity dispatch needs moe.capacity_factor > 0, got "
+                                 f"{m.capacity_factor} (MaxText's capacity_factor <= 0 means dropless)")
+            if m.tile < 1:
+                raise ValueError(f"{self.name}: moe.tile must be positive, got {m.tile}")
 
     # ------------------------------------------------------------------ derived shapes
 
@@ -172,6 +195,12 @@ class ModelConfig:
     def replace(self, **changes) -> "ModelConfig":
         return dataclasses.replace(self, **changes)
 
+    def with_moe(self, **changes) -> "ModelConfig":
+        """The config with MoE fields changed (``cfg.with_moe(dispatch="capacity")``)."""
+        if self.moe is None:
+            raise ValueError(f"{self.name} has no routed experts")
+        return dataclasses.replace(self, moe=dataclasses.replace(self.moe, **changes))
+
 
 # ----------------------------------------------------------------------------- the catalog
 
@@ -182,12 +211,13 @@ CONFIGS: dict[str, ModelConfig] = {
     c.name: c
     for c in (
         ModelConfig("tiny-llama", vocab_size=256, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2,
-                    head_dim=16, mlp_dim=128, rope=Rope(theta=10_000.0)),
+                    head_dim=16, mlp_dim=128, rope=Rope(theta=10_000.0), flash_block=16),
         ModelConfig("tiny-deepseek", vocab_size=256, d_model=64, num_layers=3, num_heads=4, num_kv_heads=4,
                     head_dim=16, mlp_dim=128, norm_eps=1e-6, rope=Rope(theta=10_000.0),
                     mla=Mla(q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16),
                     moe=Moe(num_experts=8, experts_per_token=2, expert_mlp_dim=32, shared_experts=1,
-                            first_dense_layers=1, routed_scaling_factor=2.5, capacity_factor=2.0)),
+                            first_dense_layers=1, routed_scaling_factor=2.5, capacity_factor=2.0, tile=8),
+                    flash_block=16),
         ModelConfig("llama3.1-8b", vocab_size=128256, d_model=4096, num_layers=32, num_heads=32, num_kv_heads=8,
                     head_dim=128, mlp_dim=14336, rope=_LLAMA31_ROPE),
         ModelConfig("llama3.1-70b", vocab_size=128256, d_model=8192, num_layers=80, num_heads=64, num_kv_heads=8,
@@ -199,7 +229,7 @@ CONFIGS: dict[str, ModelConfig] = {
                     mla=Mla(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
                             v_head_dim=128),
                     moe=Moe(num_experts=256, experts_per_token=8, expert_mlp_dim=2048, shared_experts=1,
-                            first_dense_layers=3, routed_scaling_factor=2.5, capacity_factor=1.25)),
+                            first_dense_layers=3, routed_scaling_factor=2.5)),
     )
 }
 

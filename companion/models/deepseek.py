@@ -10,11 +10,7 @@ from flax import nnx
 
 from ..sharding import AxisRules
 from .configs import ModelConfig
-from .layers import DecoderLayer, Embedding, LmHead, scan_layers, stack_layers
-from .llama import CHECKPOINT_NAMES as DENSE_NAMES
-
-MLA_NAMES = frozenset({"query_wa_proj", "mla_q", "kv_wa_proj", "mla_kv"})
-MOE_NAMES = frozenset({"moe_mlpwi_0", "moe_mlpwi_1", "moe_mlpwo"})
+from .layers import DecoderLayer, Embedding, LmHead, checkpoint_names, scan_layers, stack_layers
 
 
 class DeepSeek(nnx.Module):
@@ -30,12 +26,12 @@ class DeepSeek(nnx.Module):
         self.head = LmHead(cfg, rngs, rules)
 
     def checkpoint_names(self) -> frozenset[str]:
-        return DENSE_NAMES | MLA_NAMES | (MOE_NAMES if self.moe_layers is not None else frozenset())
+        return checkpoint_names(self.cfg)
 
-    def __call__(self, tokens: jax.Array, policy=None) -> jax.Array:
+    def __call__(self, tokens: jax.Array, policy=None, params_on_host: bool = False) -> jax.Array:
         positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-        x = self.embed(tokens)
+        x = self.embed(tokens, params_on_host)
         for stack in (self.dense_layers, self.moe_layers):
             if stack is not None:
-                x = scan_layers(stack, x, positions, policy)
-        return self.head(x)
+                x = scan_layers(stack, x, positions, policy, params_on_host)
+        return self.head(x, params_on_host)

@@ -30,6 +30,11 @@ class Node:
     flops: float = 0.0  # of the op producing it (per device, forward)
     needed: bool = False  # read by the backward pass
     matmul: bool = False
+    aliases: tuple[str, ...] = ()  # more names on the same tensor (nested checkpoint_name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return ((self.name,) if self.name else ()) + self.aliases
 
     @property
     def bytes(self) -> int:
@@ -53,10 +58,14 @@ class LayerSizes:
     act: int  # activation bytes (bf16: 2)
     groups_per_device: int = 0  # MoE groups (sequences) per device: batch / (data x fsdp)
     experts: int = 0  # routed experts per device
-    capacity: int = 0
+    capacity: int = 0  # capacity dispatch: slots per expert and group
     expert_F: int = 0  # expert MLP width per device
     shared_F: int = 0  # shared-expert MLP width per device
     topk: int = 0
+    expert_rows: int = 0  # rows of the routed experts' tensors on a device (dropless: the tile-padded buffer)
+    routed_rows: int = 0  # rows the grouped matmul computes for balanced routing (its counted FLOPs)
+    receive_rows: int = 0  # dropless: the all-to-all receive buffer (rows x min(EP, E/k), or the factor)
+    attention_pairs: int = 0  # query-key pairs the attention computes per sequence and head
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +78,7 @@ class LayerGraph:
 
     @property
     def names(self) -> frozenset[str]:
-        return frozenset(n.name for n in self.nodes if n.name)
+        return frozenset(name for n in self.nodes for name in n.names)
 
     def plan(self, saved_names: set[str]) -> tuple[list[Node], list[Node]]:
         """(residuals, recomputed) for a policy saving ``saved_names`` (device or host)."""
@@ -97,6 +106,27 @@ class LayerGraph:
         return sum(n.flops for n in self.nodes)
 
 
+def _attention_core(cfg: ModelConfig, z: LayerSizes, qk: int, vd: int) -> list[Node]:
+    """The attention between q, k, v and the out projection, per implementation.
+
+    dot_product / chunked: the probabilities ``[b, H, S, S]`` are what the backward reads, and the
+    output is named ``attention_out``. flash: a fused kernel whose own residuals (its output and
+    the log-sum-exp) are not named, so any remat policy recomputes the kernel's forward for its
+    backward; its output is named ``context`` and ``attention_out`` (MaxText's cuDNN path).
+    """
+    b, S, H, a = z.b, z.S, z.H, z.act
+    if cfg.attention != "flash":
+        return [
+            Node("probs", None, (b, H, S, S), a, ("q", "k"), 2 * b * H * S * S * qk, True, True),
+            Node("ctx", "attention_out", (b, S, H, vd), a, ("probs", "v"), 2 * b * H * S * S * vd, True, True),
+        ]
+    flops = 2 * b * H * z.attention_pairs * (qk + vd)
+    return [
+        Node("attn", None, (b, S, H, vd), a, ("q", "k", "v"), flops, True, True),  # + lse [b, H, S] fp32
+        Node("ctx", "context", (b, S, H, vd), a, ("attn",), needed=True, aliases=("attention_out",)),
+    ]
+
+
 def _attention_nodes(cfg: ModelConfig, z: LayerSizes) -> list[Node]:
     b, S, D, H, Hkv, dh, a = z.b, z.S, z.D, z.H, z.Hkv, z.dh, z.act
     T = b * S
@@ -106,8 +136,7 @@ def _attention_nodes(cfg: ModelConfig, z: LayerSizes) -> list[Node]:
             Node("q", "query_proj", (b, S, H, dh), a, ("n1",), 2 * T * D * H * dh, True, True),
             Node("k", "key_proj", (b, S, Hkv, dh), a, ("n1",), 2 * T * D * Hkv * dh, True, True),
             Node("v", "value_proj", (b, S, Hkv, dh), a, ("n1",), 2 * T * D * Hkv * dh, True, True),
-            Node("probs", None, (b, H, S, S), a, ("q", "k"), 2 * b * H * S * S * dh, True, True),
-            Node("ctx", "context", (b, S, H, dh), a, ("probs", "v"), 2 * b * H * S * S * dh, True, True),
+            *_attention_core(cfg, z, dh, dh),
             Node("out", "out_proj", (b, S, D), a, ("ctx",), 2 * T * H * dh * D, False, True),
         ]
     m = cfg.mla
@@ -122,24 +151,28 @@ def _attention_nodes(cfg: ModelConfig, z: LayerSizes) -> list[Node]:
         Node("kvn", "mla_kv", (b, S, m.kv_lora_rank), a, ("kva",), needed=True),
         Node("k", "key_proj", (b, S, H, qk), a, ("kvn", "kva"), 2 * T * m.kv_lora_rank * H * m.qk_nope_head_dim, True, True),
         Node("v", "value_proj", (b, S, H, vd), a, ("kvn",), 2 * T * m.kv_lora_rank * H * vd, True, True),
-        Node("probs", None, (b, H, S, S), a, ("q", "k"), 2 * b * H * S * S * qk, True, True),
-        Node("ctx", "context", (b, S, H, vd), a, ("probs", "v"), 2 * b * H * S * S * vd, True, True),
+        *_attention_core(cfg, z, qk, vd),
         Node("out", "out_proj", (b, S, D), a, ("ctx",), 2 * T * H * vd * D, False, True),
     ]
 
 
-def _mlp_nodes(prefix: str, z: LayerSizes, rows: tuple[int, ...], width: int, names: tuple[str, ...],
-               source: str) -> list[Node]:
+def _mlp_nodes(prefix: str, z: LayerSizes, rows: tuple[int, ...], width: int, names: tuple[tuple[str, ...], ...],
+               source: str, flop_rows: int | None = None) -> list[Node]:
     T = 1
     for r in rows:
         T *= r
-    g, u, o = names
+    F = flop_rows if flop_rows is not None else T
+    (g, *g_more), (u, *u_more), (o, *o_more) = names
     return [
-        Node(f"{prefix}gate", g, (*rows, width), z.act, (source,), 2 * T * z.D * width, True, True),
-        Node(f"{prefix}up", u, (*rows, width), z.act, (source,), 2 * T * z.D * width, True, True),
+        Node(f"{prefix}gate", g, (*rows, width), z.act, (source,), 2 * F * z.D * width, True, True, tuple(g_more)),
+        Node(f"{prefix}up", u, (*rows, width), z.act, (source,), 2 * F * z.D * width, True, True, tuple(u_more)),
         Node(f"{prefix}act", None, (*rows, width), z.act, (f"{prefix}gate", f"{prefix}up"), needed=True),
-        Node(f"{prefix}down", o, (*rows, z.D), z.act, (f"{prefix}act",), 2 * T * width * z.D, False, True),
+        Node(f"{prefix}down", o, (*rows, z.D), z.act, (f"{prefix}act",), 2 * F * width * z.D, False, True,
+             tuple(o_more)),
     ]
+
+
+DENSE_NAMES = (("mlpwi_0",), ("mlpwi_1",), ("mlpwo",))
 
 
 def layer_graph(cfg: ModelConfig, z: LayerSizes, *, routed: bool) -> LayerGraph:
@@ -149,32 +182,41 @@ def layer_graph(cfg: ModelConfig, z: LayerSizes, *, routed: bool) -> LayerGraph:
     nodes += [Node("h", None, (z.b, z.S, z.D), z.act, ("x", "out"), needed=True),
               Node("n2", None, (z.b, z.S, z.D), z.act, ("h",), needed=True)]
     if not routed:
-        nodes += _mlp_nodes("", z, (z.b, z.S), z.F, ("mlpwi_0", "mlpwi_1", "mlpwo"), "n2")
+        nodes += _mlp_nodes("", z, (z.b, z.S), z.F, DENSE_NAMES, "n2")
         return LayerGraph(tuple(nodes))
-    rows = (z.groups_per_device, z.experts, z.capacity)
+    dropless = cfg.moe.dispatch == "dropless"
+    rows = (z.expert_rows,) if dropless else (z.groups_per_device, z.experts, z.capacity)
+    # MaxText's names: the sparse (dropless) path tags the up output moe_mlpwi_1 only; its dense
+    # (capacity) path also mlpwi_1
+    up = ("moe_mlpwi_1",) if dropless else ("moe_mlpwi_1", "mlpwi_1")
+    names = (("moe_mlpwi_0", "mlpwi_0"), up, ("moe_mlpwo", "mlpwo"))
     nodes += [Node("dispatch", None, (*rows, z.D), z.act, ("n2",), needed=True)]
-    routed_nodes = _mlp_nodes("moe_", z, rows, z.expert_F, ("moe_mlpwi_0", "moe_mlpwi_1", "moe_mlpwo"), "dispatch")
+    routed_nodes = _mlp_nodes("moe_", z, rows, z.expert_F, names, "dispatch",
+                              flop_rows=z.routed_rows if dropless else None)
     # The routed down projection is read by the weighted combine's backward (for the router's gradient).
     routed_nodes[-1] = dataclasses.replace(routed_nodes[-1], needed=True)
     nodes += routed_nodes
     if z.shared_F:
-        nodes += _mlp_nodes("shared_", z, (z.b, z.S), z.shared_F, ("mlpwi_0", "mlpwi_1", "mlpwo"), "n2")
+        nodes += _mlp_nodes("shared_", z, (z.b, z.S), z.shared_F, DENSE_NAMES, "n2")
     return LayerGraph(tuple(nodes))
 
 
-# The routed experts' tensors carry MaxText's generic names too (nested checkpoint_name).
-ALIASES = {"moe_mlpwi_0": "mlpwi_0", "moe_mlpwi_1": "mlpwi_1", "moe_mlpwo": "mlpwo"}
-
-
 def saved_by(names: set[str] | tuple[str, ...], node: Node) -> bool:
-    return node.name is not None and (node.name in names or ALIASES.get(node.name) in names)
+    return any(n in names for n in node.names)
 
 
-def moe_sizes(cfg: ModelConfig, groups_per_device: int, expert_ways: int, tensor: int, S: int) -> dict:
+def moe_sizes(cfg: ModelConfig, groups_per_device: int, expert_ways: int, tensor: int, S: int,
+              local_tokens: int) -> dict:
+    from .moe import dropless_sizes
+
     m = cfg.moe
-    return {"groups_per_device": groups_per_device, "experts": m.num_experts // expert_ways,
-            "capacity": expert_capacity(S, cfg), "expert_F": m.expert_mlp_dim // tensor,
-            "shared_F": m.shared_experts * m.expert_mlp_dim // tensor, "topk": m.experts_per_token}
+    out = {"groups_per_device": groups_per_device, "experts": m.num_experts // expert_ways,
+           "capacity": expert_capacity(S, cfg), "expert_F": m.expert_mlp_dim // tensor,
+           "shared_F": m.shared_experts * m.expert_mlp_dim // tensor, "topk": m.experts_per_token}
+    if m.dispatch == "dropless":
+        z = dropless_sizes(local_tokens, m.experts_per_token, m.num_experts, expert_ways, m.tile, m.ragged_buffer_factor)
+        out.update(expert_rows=z.padded_rows, routed_rows=z.static_tiles * z.tile, receive_rows=z.buffer_rows)
+    return out
 
 
 # ----------------------------------------------------------------------------- parameters

@@ -13,17 +13,23 @@ decoder_layer_input the layer's input (residual stream)                    [B, S
 query_proj          Q after RoPE                                           [B, S, H, d_h]
 key_proj            K after RoPE                                           [B, S, H_kv, d_h]
 value_proj          V                                                      [B, S, H_kv, d_v]
-context             attention output, before the out projection            [B, S, H, d_v]
+context             flash attention's output (cuDNN path, as MaxText)      [B, S, H, d_v]
+attention_out       attention output before the out projection, any path   [B, S, H, d_v]
 out_proj            attention block output                                 [B, S, D]
 mlpwi_0, mlpwi_1    gate and up projections (before SiLU)                  [B, S, F]
 mlpwo               down projection                                        [B, S, D]
+moe_mlpwi_0         routed experts' gate output (also mlpwi_0)             [rows, F_e]
+moe_mlpwi_1         routed experts' up output (dropless path: this name only) [rows, F_e]
+moe_mlpwo           routed experts' down output (also mlpwo)               [rows, D]
 query_wa_proj       MLA: Q down-projection                                 [B, S, q_lora]
 mla_q               MLA: the same after its RMSNorm                        [B, S, q_lora]
 kv_wa_proj          MLA: KV down-projection (latent + shared RoPE key)     [B, S, kv_lora + d_rope]
 mla_kv              MLA: the KV latent after its RMSNorm                   [B, S, kv_lora]
-moe_mlpwi_0/1       routed experts' gate/up outputs (also named mlpwi_0/1) [G, E, C, F_e]
-moe_mlpwo           routed experts' down output (also named mlpwo)         [G, E, C, D]
 ==================  =====================================================  ===============
+
+Routed-expert rows: the dropless path's sorted, tile-padded rows (``models/moe.py``); the
+capacity path's ``[G, E, C]`` slots, where ``mlpwi_1`` also names the up output (MaxText's
+dense path).
 """
 
 from __future__ import annotations
@@ -36,10 +42,29 @@ from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
 from ..sharding import AxisRules, constrain
+from . import flash, moe
 from .configs import ModelConfig, Rope
 
 BATCH, LENGTH = "activation_batch", "activation_length"
 ACTIVATION = (BATCH, LENGTH, "activation_embed")
+
+
+def checkpoint_names(cfg: ModelConfig) -> frozenset[str]:
+    """The checkpoint names a config's layers emit, as placed in this module (see the table above)."""
+    names = {"decoder_layer_input", "query_proj", "key_proj", "value_proj", "attention_out", "out_proj"}
+    if cfg.attention == "flash":
+        names.add("context")
+    if cfg.mla is not None:
+        names |= {"query_wa_proj", "mla_q", "kv_wa_proj", "mla_kv"}
+    routed = cfg.moe is not None and cfg.num_moe_layers > 0
+    dense_mlp = cfg.num_dense_layers > 0 or (routed and cfg.moe.shared_experts > 0)
+    if dense_mlp:
+        names |= {"mlpwi_0", "mlpwi_1", "mlpwo"}
+    if routed:
+        names |= {"mlpwi_0", "mlpwo", "moe_mlpwi_0", "moe_mlpwi_1", "moe_mlpwo"}
+        if cfg.moe.dispatch == "capacity":  # MaxText's dense path also names the up output mlpwi_1
+            names.add("mlpwi_1")
+    return frozenset(names)
 
 
 class RouterBias(nnx.Variable):
@@ -113,10 +138,15 @@ def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.A
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, scale: float, cfg: ModelConfig) -> jax.Array:
     """Causal softmax attention: q [B,S,H,d], k [B,T,H_kv,d], v [B,T,H_kv,d_v] -> [B,S,H,d_v].
 
-    "dot_product" materialises the [B, H, S, T] logits; "chunked" walks query blocks of
-    ``cfg.attention_chunk`` rows and recomputes each block in the backward pass, so only one
-    block's logits live at a time (the memory profile of a fused attention kernel).
+    "flash" (the default) is a fused kernel's memory: cuDNN's flash attention for GPU targets
+    where JAX can emit it, else the lab's blockwise kernel (``models/flash.py``); its output is
+    named ``context`` as on MaxText's cuDNN path. "dot_product" materialises the [B, H, S, T]
+    logits; "chunked" walks query blocks of ``cfg.attention_chunk`` rows and recomputes each
+    block in the backward pass.
     """
+    if cfg.attention == "flash":
+        kernel = flash.kernel_for(q.shape[-1], v.shape[-1], q.dtype.name)
+        return checkpoint_name(flash.attention(q, k, v, scale, kernel, cfg.flash_block), "context")
     B, S, H, _ = q.shape
     groups = H // k.shape[2]
     q = q.reshape(B, S, k.shape[2], groups, q.shape[-1])
@@ -160,7 +190,7 @@ class Attention(nnx.Module):
         q = checkpoint_name(apply_rope(q, positions, inv_freq), "query_proj")
         k = checkpoint_name(apply_rope(k, positions, inv_freq), "key_proj")
         v = checkpoint_name(v, "value_proj")
-        context = checkpoint_name(attend(q, k, v, cfg.head_dim ** -0.5, cfg), "context")
+        context = checkpoint_name(attend(q, k, v, cfg.head_dim ** -0.5, cfg), "attention_out")
         out = constrain(matmul("bshk,hkd->bsd", context, self.wo, dt), ACTIVATION, self.rules)
         return checkpoint_name(out, "out_proj")
 
@@ -203,7 +233,7 @@ class MlaAttention(nnx.Module):
         k, v = checkpoint_name(k, "key_proj"), checkpoint_name(v, "value_proj")
 
         scale = m.qk_head_dim ** -0.5 * yarn_softmax_scale(cfg.rope) ** 2
-        context = checkpoint_name(attend(q, k, v, scale, cfg), "context")
+        context = checkpoint_name(attend(q, k, v, scale, cfg), "attention_out")
         out = constrain(matmul("bshk,hkd->bsd", context, self.wo, dt), ACTIVATION, self.rules)
         return checkpoint_name(out, "out_proj")
 
@@ -252,13 +282,15 @@ def dispatch_slots(expert_index: jax.Array, num_experts: int, capacity: int) -> 
 
 class RoutedExperts(nnx.Module):
     """DeepSeek-V3 MoE: sigmoid scores, top-k chosen with a load-balancing bias, weights
-    renormalised and scaled; capacity-based dispatch; one or more always-on shared experts.
+    renormalised and scaled; one or more always-on shared experts. Two dispatches:
 
-    Dispatch is by sort and scatter, per group of tokens (one group = one sequence): each expert
-    gets a fixed ``[C, D]`` buffer per group, ``C = capacity_factor x S x k / E`` slots, and
-    assignments beyond it are dropped. Memory: the dispatched activations are ``[G, E, C, .]``,
-    i.e. about ``capacity_factor x k`` times the layer input's tokens, for any E. The buffers
-    are sharded over the ``expert`` mesh axis, which makes the scatter an all-to-all.
+    * ``dropless`` (the default, MaxText's sparse path): every (token, choice) is a row, sorted
+      by expert, sent to its expert's device and multiplied there by a grouped matmul
+      (``models/moe.py``); no capacity, nothing dropped.
+    * ``capacity`` (MaxText's dense path): sort and scatter per group of tokens (one group = one
+      sequence); each expert gets a fixed ``[C, D]`` buffer per group, ``C = capacity_factor x S x
+      k / E`` slots, assignments beyond it are dropped. The ``[G, E, C, .]`` buffers are sharded
+      over the ``expert`` mesh axis, which makes the scatter an all-to-all.
     """
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, rules: AxisRules):
@@ -285,10 +317,21 @@ class RoutedExperts(nnx.Module):
         return choice, weights
 
     def __call__(self, x: jax.Array) -> jax.Array:
+        m = self.cfg.moe
+        choice, weights = self.route(x)
+        if m.dispatch == "dropless":
+            routed = moe.experts(x, choice, weights, self.wi_0[...], self.wi_1[...], self.wo[...],
+                                 num_experts=m.num_experts, tile=m.tile, ragged_buffer_factor=m.ragged_buffer_factor,
+                                 dtype=self.cfg.dtype, rules=self.rules)
+            routed = constrain(routed, ACTIVATION, self.rules)
+        else:
+            routed = self.capacity_dispatch(x, choice, weights)
+        return routed + self.shared(x) if self.shared is not None else routed
+
+    def capacity_dispatch(self, x: jax.Array, choice: jax.Array, weights: jax.Array) -> jax.Array:
         cfg, m, dt = self.cfg, self.cfg.moe, self.cfg.dtype
         B, S, D = x.shape
         E, C, k = m.num_experts, expert_capacity(S, cfg), m.experts_per_token
-        choice, weights = self.route(x)
         slots = jax.vmap(lambda c: dispatch_slots(c, E, C))(choice)  # [B, S, k]
 
         def scatter(tokens, slot):  # one group: [S, D] -> [E * C, D]
@@ -311,8 +354,7 @@ class RoutedExperts(nnx.Module):
 
         picked = jax.vmap(gather)(out.reshape(B, E * C, D), slots)
         combined = jnp.einsum("bskd,bsk->bsd", picked, weights.astype(dt))
-        combined = constrain(combined, ACTIVATION, self.rules)
-        return combined + self.shared(x) if self.shared is not None else combined
+        return constrain(combined, ACTIVATION, self.rules)
 
 
 # ----------------------------------------------------------------------------- layers and the stack
@@ -349,15 +391,23 @@ def stack_layers(make, count: int, rngs: nnx.Rngs) -> nnx.Module:
     return layers
 
 
-def scan_layers(layers: nnx.Module, x: jax.Array, positions: jax.Array, policy=None) -> jax.Array:
+def on_device(tree, params_on_host: bool):
+    """Bring parameters kept in pinned host memory to the device (MaxText's
+    ``parameter_memory_host_offload``); a no-op when they live on the device."""
+    return jax.tree.map(lambda x: jax.device_put(x, jax.memory.Space.Device), tree) if params_on_host else tree
+
+
+def scan_layers(layers: nnx.Module, x: jax.Array, positions: jax.Array, policy=None,
+                params_on_host: bool = False) -> jax.Array:
     """Run stacked layers with ``lax.scan``; with a policy, each layer is a ``jax.checkpoint``.
 
     ``policy=None`` means no remat at all (autodiff keeps every residual it needs).
+    ``params_on_host``: each layer's weights come from pinned host memory when the layer runs.
     """
     graphdef, state = nnx.split(layers)
 
     def body(carry, layer_state):
-        return nnx.merge(graphdef, layer_state)(carry, positions), None
+        return nnx.merge(graphdef, on_device(layer_state, params_on_host))(carry, positions), None
 
     if policy is not None:
         body = jax.checkpoint(body, policy=policy, prevent_cse=False)
@@ -373,8 +423,8 @@ class Embedding(nnx.Module):
         self.cfg, self.rules = cfg, rules
         self.table = param(rngs, (cfg.vocab_size, cfg.d_model), ("vocab", "embed"), cfg, fan_in=1)
 
-    def __call__(self, tokens: jax.Array) -> jax.Array:
-        x = jnp.take(self.table[...], tokens, axis=0).astype(self.cfg.dtype)
+    def __call__(self, tokens: jax.Array, params_on_host: bool = False) -> jax.Array:
+        x = jnp.take(on_device(self.table[...], params_on_host), tokens, axis=0).astype(self.cfg.dtype)
         return constrain(x, ACTIVATION, self.rules)
 
 
@@ -386,7 +436,11 @@ class LmHead(nnx.Module):
         self.norm = RMSNorm(cfg.d_model, cfg)
         self.kernel = param(rngs, (cfg.d_model, cfg.vocab_size), ("embed", "vocab"), cfg)
 
-    def __call__(self, x: jax.Array) -> jax.Array:
-        logits = jnp.einsum("bsd,dv->bsv", self.norm(x), self.kernel[...].astype(self.cfg.dtype),
-                            preferred_element_type=jnp.float32)
+    def __call__(self, x: jax.Array, params_on_host: bool = False) -> jax.Array:
+        norm = self.norm
+        if params_on_host:
+            graphdef, state = nnx.split(self.norm)
+            norm = nnx.merge(graphdef, on_device(state, True))
+        kernel = on_device(self.kernel[...], params_on_host)
+        logits = jnp.einsum("bsd,dv->bsv", norm(x), kernel.astype(self.cfg.dtype), preferred_element_type=jnp.float32)
         return constrain(logits, (BATCH, LENGTH, "activation_vocab"), self.rules)

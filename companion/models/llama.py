@@ -9,10 +9,7 @@ from flax import nnx
 
 from ..sharding import AxisRules
 from .configs import ModelConfig
-from .layers import DecoderLayer, Embedding, LmHead, scan_layers, stack_layers
-
-CHECKPOINT_NAMES = frozenset({"decoder_layer_input", "query_proj", "key_proj", "value_proj", "context",
-                              "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo"})
+from .layers import DecoderLayer, Embedding, LmHead, checkpoint_names, scan_layers, stack_layers
 
 
 class Llama(nnx.Module):
@@ -24,13 +21,13 @@ class Llama(nnx.Module):
         self.layers = stack_layers(lambda r: DecoderLayer(cfg, r, rules, routed=False), cfg.num_layers, rngs)
         self.head = LmHead(cfg, rngs, rules)
 
-    @staticmethod
-    def checkpoint_names() -> frozenset[str]:
-        return CHECKPOINT_NAMES
+    def checkpoint_names(self) -> frozenset[str]:
+        return checkpoint_names(self.cfg)
 
-    def __call__(self, tokens: jax.Array, policy=None) -> jax.Array:
-        """Logits [B, S, V] (float32) for tokens [B, S]; ``policy`` is the per-layer remat policy."""
+    def __call__(self, tokens: jax.Array, policy=None, params_on_host: bool = False) -> jax.Array:
+        """Logits [B, S, V] (float32) for tokens [B, S]; ``policy`` is the per-layer remat policy;
+        ``params_on_host``: the parameters live in pinned host memory (each comes over when used)."""
         positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-        x = self.embed(tokens)
-        x = scan_layers(self.layers, x, positions, policy)
-        return self.head(x)
+        x = self.embed(tokens, params_on_host)
+        x = scan_layers(self.layers, x, positions, policy, params_on_host)
+        return self.head(x, params_on_host)
