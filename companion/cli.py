@@ -127,7 +127,7 @@ def _budget(args) -> int:
 
 def _add_step_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="a model config, e.g. llama3.1-405b, deepseek-v3-671b, tiny-llama")
-    p.add_argument("--target", default="h100", help="GPU key (h100, h200, b200, gb200) or GPU:TOPOLOGY (h100:8x8)")
+    p.add_argument("--target", default="h100", help="GPU key (h100, h200, gh200, b200, gb200) or GPU:TOPOLOGY (h100:8x8)")
     p.add_argument("--gpus", type=int, default=None, help="number of GPUs (whole hosts); default: the GPU's usual system")
     p.add_argument("--mesh", default=None, help="mesh axes, e.g. fsdp=64 or fsdp=8,tensor=8 (one may be -1)")
     p.add_argument("--batch", type=int, required=True, help="global batch B (sequences per step)")
