@@ -291,14 +291,16 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
         if limit is None or base - static_dev + sum(t.bytes for t in layer) <= limit:
             break
     # Under its memory limit the latency-hiding scheduler starts transfers early for overlap:
-    # offloaded moments come to the device during the backward pass when they fit.
+    # offloaded moments come to the device from the start of the backward pass when they fit.
+    loss = _loss_terms(cfg, b, S, D, V, A, shards)
     if state.optimizer_memory_host_offload and limit is not None:
         early = Term("moments_early", "offloaded moments brought to the device early (for the update)", moments,
                      "device", "transient", "params x 8 B / sharding", "optimizer")
-        if base - static_dev + sum(t.bytes for t in layer) + early.bytes <= limit:
+        if base - static_dev + max(sum(t.bytes for t in ts) for ts in (layer, loss)) + early.bytes <= limit:
             layer.append(early)
+            loss.append(early)
     phases = {
-        "loss": _loss_terms(cfg, b, S, D, V, A, shards),
+        "loss": loss,
         "layer backward": layer,
         "backward end": _backward_end_terms(layer, D, V),
         "optimizer update": _update_terms(state, param_bytes, moments, specs, shards),
