@@ -88,7 +88,7 @@ class Budget:
     phases: dict[str, tuple[Term, ...]] = dataclasses.field(default_factory=dict)  # every phase's transient terms
 
     def phase_terms(self, phase: str) -> tuple[Term, ...]:
-        """The transient terms of a phase: "loss", "layer backward" or "optimizer update"."""
+        """The transient terms of a phase: "loss", "layer backward", "backward end" or "optimizer update"."""
         if phase not in self.phases:
             raise ValueError(f"unknown phase {phase!r}; choose one of: {', '.join(self.phases)}")
         return self.phases[phase]
@@ -331,13 +331,13 @@ def _backward_end_terms(layer: list[Term], D: int, V: int) -> list[Term]:
 
 
 def _loss_terms(cfg, b, S, D, V, A, shards) -> list[Term]:
-    """At the start of the backward pass: the logits and their gradient in fp32, the head's weight
-    gradient in the compute dtype, and the head's shard in it."""
+    """At the start of the backward pass: the logits and their gradient in fp32, the whole head
+    gathered in the compute dtype for the backward matmuls, and the head's shard in it."""
     return [
         Term("logits", "logits and their gradient (fp32)", 2 * b * S * V * 4, "device", "transient",
              f"2 x b x S x V/tensor x 4 B = 2 x {b} x {S} x {V} x 4", "logits"),
-        Term("head_grad_compute", "output head's weight gradient in compute dtype", D * V * A, "device",
-             "transient", f"D x V/tensor x {A} B", "logits"),
+        Term("head_gathered", "output head gathered in compute dtype (for the backward matmuls)", D * V * A,
+             "device", "transient", f"D x V/tensor x {A} B", "logits"),
         Term("head_shard", "output head shard in compute dtype", shards["head/kernel"] * A, "device", "transient",
              f"D x V x {A} B / sharding", "logits"),
     ]

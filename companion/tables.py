@@ -94,12 +94,12 @@ def budget_vs_xla(pairs: Mapping[str, tuple]) -> str:
     """``{label: (Budget, CompileReport)}``: analytic against compiled, device and host, per device."""
     rows = []
     for label, (b, r) in pairs.items():
-        static = sum(t.bytes for t in b.terms if t.kind == "static")
+        static = sum(t.bytes for t in b.terms if t.kind == "static" and t.space == "device")
         rows.append({
             "": label, "budget device": gib(b.device_bytes), "XLA device": gib(r.device.peak_bytes),
             "error": f"{(b.device_bytes - r.device.peak_bytes) / r.device.peak_bytes:+.1%}",
             "budget args": gib(static), "XLA args": gib(r.device.argument_bytes),
-            "budget host": gib(b.host_bytes), "XLA host": gib(r.host.temp_bytes),
+            "budget host": gib(b.host_bytes), "XLA host": gib(r.host.temp_bytes + r.host.argument_bytes),
         })
     return markdown(rows)
 
