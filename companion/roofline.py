@@ -97,8 +97,14 @@ def step_time(report, target: Target, link: HostLink | None = None, concurrent_g
 
 
 def loop_body_seconds(report, target: Target) -> dict[str, tuple[int, float]]:
-    """For each top-level loop body (a scanned layer's forward or backward): (trip count, roofline
-    seconds of one iteration's compute, loops nested in it included by their trip counts)."""
+    """For each top-level loop body: (trip count, roofline seconds of one iteration's compute, loops
+    nested in it included by their trip counts).
+
+    One iteration is one layer only when XLA keeps the scan as it is (``flags="none"``). With
+    while-loop double buffering (on in MaxText's flags, the default) a body runs two layers, the
+    trip count halves, and a layer may be peeled into the parent computation: use
+    ``layer_seconds`` for one layer's time.
+    """
     module = report.module
     loops = {i.attrs["body"].lstrip("%"): (i.trip_count or 1, i.computation)
              for i in module.scheduled() if i.opcode == "while"}
@@ -112,6 +118,83 @@ def loop_body_seconds(report, target: Target) -> dict[str, tuple[int, float]]:
         return own.get(body, 0.0) + nested
 
     return {body: (trips, seconds(body)) for body, (trips, parent) in loops.items() if parent not in loops}
+
+
+SCAN_BODY = "/while/body/"  # in JAX's op_name metadata: the op was traced inside a scan's (or while's) body
+LAYER_PHASES = ("forward", "backward", "recompute")
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerTime:
+    """One scanned layer's roofline compute time on a target, per device (an average over the layers)."""
+
+    forward_seconds: float
+    backward_seconds: float  # the gradient ops, without the recompute
+    recompute_seconds: float  # the forward ops remat reruns in the backward pass
+    num_layers: int
+
+    @property
+    def backward_with_recompute_seconds(self) -> float:
+        """What the backward pass spends on one layer: its gradients and the recompute they need."""
+        return self.backward_seconds + self.recompute_seconds
+
+    @property
+    def total_seconds(self) -> float:
+        return self.forward_seconds + self.backward_with_recompute_seconds
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "backward_with_recompute_seconds": self.backward_with_recompute_seconds,
+                "total_seconds": self.total_seconds}
+
+
+def layer_seconds(report, target: Target, num_layers: int) -> LayerTime:
+    """One layer's forward, backward and recompute roofline seconds, from every op of the scanned layers.
+
+    Sums ``op_seconds x executions`` over the compute ops (``hlo.op_costs``; collectives and host
+    transfers excluded, as in ``step_time``) whose ``op_name`` places them in a scan body
+    (``/while/body/``) and whose phase (``hlo.phase_of``) is forward, backward or recompute,
+    wherever XLA put them, then divides by ``num_layers``. This counts a layer once whatever XLA
+    did to the loop: with while-loop double buffering (MaxText's flags) the body holds two layers,
+    the trip count halves and a layer may be peeled into the parent computation, so one loop body
+    is no longer one layer (``loop_body_seconds``); here the peeled copy, the body's two copies and
+    the trip counts all count, by executions.
+
+    An op XLA rewrote without metadata of its own (under MaxText's flags, the fusions writing the
+    weight gradients into their stacked buffers, say) is known by the last op it fuses that has
+    some. Left out: ops with no JAX metadata at all, which XLA creates itself (the concatenations
+    and slices around combined gradient all-reduces, layout copies, buffer initialisation): they
+    belong to no layer's phase. ``num_layers`` is every scanned layer of the compiled stack (all stacks together, e.g.
+    DeepSeek's dense and MoE layers). Meant for ``train.compile_layer_stack`` and for train steps
+    without gradient accumulation: a microbatch loop is a scan too, whose body holds the embedding,
+    head and loss, which would then count as layer ops.
+    """
+    if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers < 1:
+        raise ValueError(f"num_layers must be a positive integer, got {num_layers!r}")
+    module = report.module
+    op_names = {i.name: _op_name(module, i) for i in module.scheduled()}
+    totals = dict.fromkeys(LAYER_PHASES, 0.0)
+    for cost in hlo.op_costs(module):
+        op_name = op_names.get(cost.name, "")
+        phase = hlo.phase_of(op_name)
+        if cost.kind == "compute" and phase in totals and SCAN_BODY in op_name:
+            totals[phase] += op_seconds(cost, target.gpu) * cost.executions
+    if not totals["forward"]:
+        raise ValueError("no forward op of a scanned layer in this compile: layer_seconds needs a scanned layer "
+                         "stack differentiated by JAX (train.compile_layer_stack or train.compile_step)")
+    return LayerTime(totals["forward"] / num_layers, totals["backward"] / num_layers,
+                     totals["recompute"] / num_layers, num_layers)
+
+
+def _op_name(module: hlo.HloModule, instr: hlo.Instruction) -> str:
+    """An op's JAX ``op_name``; for a fusion XLA made without one, that of the last fused op with one."""
+    if instr.op_name or instr.opcode in ("while", "call", "conditional"):
+        return instr.op_name
+    for callee in instr.called:
+        comp = module.computations.get(callee)
+        for inner in reversed(comp.instructions if comp is not None else []):
+            if inner.op_name:
+                return inner.op_name
+    return ""
 
 
 # ----------------------------------------------------------------------------- remat vs offload
@@ -130,6 +213,44 @@ def break_even_bandwidth(offloaded_bytes: float, recompute_flops: float, gpu: Gp
 
 def offload_vs_remat(offloaded_bytes: float, recompute_flops: float, gpu: Gpu,
                      bandwidths: Iterable[float]) -> list[tuple[float, float, float]]:
-    """``(bandwidth, naive offload seconds, recompute seconds)`` for each per-direction bandwidth."""
+    """``(bandwidth, naive offload seconds, recompute seconds)`` for each per-direction bandwidth: a
+    sweep at one GPU's FLOP/s (a real link's point on it only for a GPU that has that link and
+    that peak: ``offload_vs_recompute`` prices a target with its own link)."""
     remat = recompute_flops / gpu.bf16_dense_flops
     return [(bw, 2 * offloaded_bytes / bw, remat) for bw in bandwidths]
+
+
+@dataclasses.dataclass(frozen=True)
+class OffloadPrice:
+    """Naive offload of one tensor against recomputing it, on one GPU over the host link of its target."""
+
+    gpu: str
+    link: str
+    what_if: bool  # the link is not the one this GPU really has
+    concurrent_gpus: int  # GPUs of the link's sharing group transferring at once
+    offload_seconds: float  # its write (d2h) + its read back (h2d), per GPU, not overlapped
+    recompute_seconds: float  # its FLOPs at the GPU's dense bf16 peak
+    link_bytes_per_s: float  # the one per-direction bandwidth giving the same round trip (harmonic mean of d2h, h2d)
+    break_even_bytes_per_s: float  # ``break_even_bandwidth`` at this GPU's peak
+
+    @property
+    def offload_wins(self) -> bool:
+        return self.offload_seconds < self.recompute_seconds
+
+
+def offload_vs_recompute(offloaded_bytes: float, recompute_flops: float, target: Target,
+                         concurrent_gpus: int | None = None) -> OffloadPrice:
+    """Price offloading a tensor against recomputing it on ``target``: its GPU's FLOP/s with its
+    own host link (``target.link``; a swapped link is marked ``what_if``), at the achievable
+    per-GPU bandwidth of each direction while ``concurrent_gpus`` of the GPUs sharing the link
+    and its host memory transfer at once (default: all of them, as in an SPMD step)."""
+    link = target.link
+    n = link.sharing_gpus if concurrent_gpus is None else concurrent_gpus
+    d2h = link.bandwidth_per_gpu("d2h", n)
+    h2d = link.bandwidth_per_gpu("h2d", n)
+    return OffloadPrice(
+        gpu=target.gpu.key, link=link.key, what_if=target.link_is_what_if, concurrent_gpus=n,
+        offload_seconds=offloaded_bytes / d2h + offloaded_bytes / h2d,
+        recompute_seconds=recompute_flops / target.gpu.bf16_dense_flops,
+        link_bytes_per_s=2 / (1 / d2h + 1 / h2d),
+        break_even_bytes_per_s=break_even_bandwidth(offloaded_bytes, recompute_flops, target.gpu))
