@@ -525,7 +525,11 @@ class TensorTradeoff:
 
 def tensor_tradeoffs(model: ModelConfig | str, batch: int, seq: int, mesh: Mapping[str, int] | str | None = None,
                      num_devices: int | None = None) -> list[TensorTradeoff]:
-    """Per named tensor of the (largest) layer: bytes to save or offload it, FLOPs to recompute it."""
+    """Per named tensor of the (largest) layer: bytes to save or offload it, FLOPs to recompute it.
+
+    With flash attention ``context`` shows 0 FLOPs: saving it never spares the kernel's rerun (the
+    backward pass also needs the kernel's log-sum-exp, which has no name), so nothing is gained by
+    keeping it — a break-even bandwidth for it is infinite."""
     cfg = configs.config(model)
     mesh = mesh_of(mesh, num_devices)
     _check_divisible(cfg, batch, seq, mesh)

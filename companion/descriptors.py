@@ -13,6 +13,13 @@ are made asynchronous) gets the descriptor of index ``i`` whatever index it is f
 ``i``'s activations for layer ``L-1-i``: silently wrong gradients, with correct-looking memory
 figures. Fixed upstream by openxla/xla #46308 (2026-07-28), after jaxlib 0.10.2's XLA.
 
+Measured on jaxlib 0.10.2 compiles: with MaxText's double-buffered loops the forward *writes* go
+wrong too (a body holding layers 2k and 2k+1 needs a two-slot stride and gets one); reversing the
+scan moves the bug to the other direction; scanning with ``unroll=2`` and offload stops XLA with an
+INTERNAL error. ``--xla_disable_hlo_passes=dynamic-slice-annotator`` leaves every slice without a
+descriptor (its kernel reads the index at run time; transfers stay async, memory is unchanged):
+the lab's default workaround (``flags.resolve``).
+
 ``check(module)`` recomputes what each descriptor should be: it follows every index operand of
 every slice carrying a descriptor out to the loop body that feeds it, evaluates that scalar
 expression for each iteration from the loop's induction variable (and any other loop-carried

@@ -735,7 +735,7 @@ def op_costs(module: HloModule) -> list[OpCost]:
 
 def _hbm_bytes(module: HloModule, instr: Instruction) -> int:
     """HBM bytes an op reads and writes: its device operands and result, except that a buffer it
-    only slices (dynamic-slice) or updates in place (dynamic-update-slice) costs just the slice."""
+    only slices (slice, dynamic-slice) or updates in place (dynamic-update-slice) costs just the slice."""
     operands = module.operand_shapes(instr)
     sizes = [sum(a.bytes for a in flatten_shape(s) if not a.on_host) for s in operands]
     result = 0 if instr.opcode.endswith("-start") else sum(a.bytes for a in flatten_shape(instr.shape) if not a.on_host)
@@ -757,11 +757,11 @@ def _hbm_bytes(module: HloModule, instr: Instruction) -> int:
     for name, index in params.items():
         pairs = final_uses(name)
         uses = [u for _, u in pairs]
-        if uses and 0 <= index < len(sizes) and all(u.opcode in ("dynamic-slice", "dynamic-update-slice")
+        if uses and 0 <= index < len(sizes) and all(u.opcode in ("slice", "dynamic-slice", "dynamic-update-slice")
                                                    and u.operands and u.operands[0] == v for v, u in pairs):
             sliced = 0
             for u in uses:
-                if u.opcode == "dynamic-slice":
+                if u.opcode in ("slice", "dynamic-slice"):
                     sliced += u.shape.bytes
                 else:  # in place: the buffer is not read and, as the output, only the update is written
                     update = comp.by_name.get(u.operands[1])

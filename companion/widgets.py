@@ -187,10 +187,18 @@ class PolicyView:
 
 
 def link_choices(gpu: str) -> list[tuple[str, str]]:
-    """(label, key) of the host links to price a GPU's transfers on: its own first, the rest marked what-if."""
-    own = targets.gpu(gpu).host_link
+    """(label, key) of the host links to price a GPU's transfers on: its own first, then only the
+    links a GPU with the same compute has (an H100's FLOP/s with GH200's C2C, a GH200's with PCIe),
+    each marked what-if, and Vera Rubin's C2C as the next generation's what-if for Blackwell. Never
+    a link priced against another GPU generation's FLOP/s."""
+    g = targets.gpu(gpu)
+    own = g.host_link
+    peers = {other.host_link.key for other in targets.GPUS.values()
+             if other.architecture == g.architecture and other.bf16_dense_flops == g.bf16_dense_flops}
+    if g.architecture == targets.BLACKWELL:
+        peers.add("nvlink_c2c_vera_rubin")
     return [(f"{own.name} (this GPU's)", own.key)] + [
-        (f"{link.name} (what-if)", key) for key, link in targets.HOST_LINKS.items() if key != own.key]
+        (f"{link.name} (what-if)", key) for key, link in targets.HOST_LINKS.items() if key in peers - {own.key}]
 
 
 def policy_view(spec: dict, model: str = "llama3.1-8b", batch: int = 8, seq: int = 4096, gpu: str = "h100",

@@ -51,6 +51,9 @@ def test_policy_view_prices_offload_over_the_link():
     own = widgets.policy_view(spec, gpu="gb200", gpus=8)
     assert "what-if" not in own.message and own.link.key == "nvlink_c2c_gb200"
     assert [key for _, key in widgets.link_choices("gb200")][0] == "nvlink_c2c_gb200"
+    # what-ifs only at the same compute: an H100 may try GH200's C2C, never GB200's shared one
+    assert [key for _, key in widgets.link_choices("h100")] == ["pcie5_x16", "nvlink_c2c_gh200"]
+    assert "nvlink_c2c_gb200" not in [key for _, key in widgets.link_choices("b200")]
     saved = widgets.policy_view({k: "device" for k in spec})
     assert saved.budget.host_bytes == 0 and saved.transfer_seconds == 0
 
