@@ -76,9 +76,10 @@ def pareto(points: Mapping[str, tuple[float, float]], predicted: Mapping[str, tu
     if predicted:
         xs, ys = zip(*predicted.values())
         ax.scatter(xs, ys, s=60, facecolors="none", edgecolors="gray", zorder=2, label="budget prediction")
-        ax.legend(fontsize=8)
     if hline is not None:
-        ax.axhline(hline, color="red", ls="--", lw=1.0, label=hline_label)
+        ax.axhline(hline, color="red", ls="--", lw=1.0, label=hline_label or None)
+    if predicted or (hline is not None and hline_label):
+        ax.legend(fontsize=8)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
