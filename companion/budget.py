@@ -284,8 +284,10 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
     limit = None if usable is None else (usable - sum(t.bytes for t in terms if t.kind == "static" and
                                                       t.space == "device")) * 95 // 100
     static_dev = sum(t.bytes for t in terms if t.kind == "static" and t.space == "device")
-    # The scheduler keeps as many score copies as fit under its limit (18, 16, then 12 B a score)
-    for slack in SCORE_COPY_BYTES:
+    # The scheduler keeps as many score copies as fit under its limit (18, 16, then 12 B a score);
+    # only the teaching attentions with cuBLAS matmuls have copies to drop
+    copies = cfg.attention != "flash" and not flag_set.flags.get("xla_gpu_enable_triton_gemm", True)
+    for slack in SCORE_COPY_BYTES if copies else SCORE_COPY_BYTES[:1]:
         layer = _layer_backward_terms(cfg, pol, graphs, b, S, D, V, A, mesh, specs, shards, flag_set, state,
                                       score_bytes=slack)
         if limit is None or base - static_dev + sum(t.bytes for t in layer) <= limit:
