@@ -3,7 +3,7 @@
 Subcommands: ``targets`` (the GPU catalog and host links), ``flags`` (the XLA flag catalog and
 presets, ``--check`` a flag string), ``compile`` (the full train step of a model for a target,
 per-device report), ``budget`` (the analytic per-device memory budget of the same step, no
-compile). Every verdict is against usable HBM (``--mem-fraction`` of the card, default 0.75 as
+compile), ``simulate`` (compile, then replay the schedule on the GPU's streams: step time). Every verdict is against usable HBM (``--mem-fraction`` of the card, default 0.75 as
 JAX's allocator); compiles use MaxText's GPU flags unless ``--xla-flags`` says otherwise.
 Errors are one line on stderr and exit status 1, never a traceback.
 """
@@ -18,6 +18,8 @@ import sys
 from . import flags as xla_flags
 from . import targets
 from .models import configs as models_configs
+
+PIPELINED_FLAG = "xla_gpu_enable_pipelined_host_offloading"
 
 
 def _targets(args) -> int:
@@ -65,7 +67,10 @@ def _step_inputs(args):
             raise ValueError(f"--{name} must be positive, got {getattr(args, name)}")
     if args.gpus is not None and args.gpus < 1:
         raise ValueError(f"--gpus must be positive, got {args.gpus}")
-    flag_set = xla_flags.resolve(args.xla_flags, workarounds=not args.no_workarounds)  # cheap checks first
+    spec = args.xla_flags
+    if getattr(args, "pipelined", False):
+        spec = f"{spec or ''} --{PIPELINED_FLAG}=true".strip()
+    flag_set = xla_flags.resolve(spec, workarounds=not args.no_workarounds)  # cheap checks first
     cfg = models.config(args.model, **({"attention": args.attention} if args.attention else {}))
     moe = {k: v for k, v in (("dispatch", args.moe), ("capacity_factor", args.capacity_factor),
                                ("ragged_buffer_factor", args.ragged_buffer_factor)) if v is not None}
@@ -91,18 +96,41 @@ def _step_inputs(args):
     return cfg, target, sharding.parse_mesh(args.mesh, target.num_devices), flag_set, state
 
 
-def _compile(args) -> int:
+def _compiled(args):
+    """(model config, trainer, state, report) of a ``compile``/``simulate`` command line."""
     from . import compiler, sharding, train
 
     cfg, target, mesh, flag_set, state = _step_inputs(args)
     placement = compiler.place(target, sharding.active_axes(mesh))
     trainer = train.trainer(cfg, args.policy, state=state)
-    report = train.compile_step(trainer, placement, args.batch, args.seq, flags=flag_set)
+    return cfg, trainer, state, train.compile_step(trainer, placement, args.batch, args.seq, flags=flag_set)
+
+
+def _compile(args) -> int:
+    cfg, trainer, state, report = _compiled(args)
     out = {"model": cfg.name, "policy": trainer.policy.name, "batch": args.batch, "seq": args.seq,
            "params": cfg.param_count(), "attention": cfg.attention,
            "moe": cfg.moe.dispatch if cfg.moe is not None else None,
            "state": dataclasses.asdict(state), **report.to_dict()}
     print(json.dumps(out, indent=1) if args.json else report.summary())
+    return 0
+
+
+def _simulate(args) -> int:
+    from . import schedule
+
+    link = targets.host_link(args.link) if args.link else None  # a bad key fails before the compile
+    cfg, trainer, state, report = _compiled(args)
+    sim = schedule.simulate(report, link=link)
+    if args.json:
+        out = {"model": cfg.name, "policy": trainer.policy.name, "batch": args.batch, "seq": args.seq,
+               "pipelined": bool(report.flags.get(PIPELINED_FLAG, False)), **sim.to_dict(),
+               "fits": report.fits, "usable_hbm_bytes": report.usable_hbm_bytes,
+               "flag_set": report.flag_set.to_dict(), "offload_checks": report.offload.checks.to_dict()}
+        print(json.dumps(out, indent=1))
+    else:
+        print(report.summary())
+        print(sim.summary())
     return 0
 
 
@@ -180,6 +208,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("budget", help="the analytic per-device memory budget of the same train step (no compile)")
     _add_step_arguments(p)
     p.set_defaults(run=_budget)
+    p = sub.add_parser("simulate", help="compile the train step, then replay its schedule on the GPU's streams: "
+                                        "step time, exposed transfers and collectives, TFLOP/s per GPU")
+    _add_step_arguments(p)
+    p.add_argument("--pipelined", action="store_true",
+                   help="pipelined host offloading (--xla_gpu_enable_pipelined_host_offloading=true)")
+    p.add_argument("--link", default=None, help="price host transfers on this host link instead of the GPU's own "
+                                                "(a what-if): " + ", ".join(targets.HOST_LINKS))
+    p.set_defaults(run=_simulate)
     return parser
 
 

@@ -248,6 +248,11 @@ class HostMemory:
     temp_bytes: int
     alias_bytes: int = 0
 
+    @property
+    def total_bytes(self) -> int:
+        """Pinned host bytes the step holds: arguments + outputs + temp - aliased."""
+        return self.argument_bytes + self.output_bytes + self.temp_bytes - self.alias_bytes
+
 
 @dataclasses.dataclass(frozen=True)
 class CompileReport:
@@ -317,8 +322,9 @@ class CompileReport:
         """XLA's warning and error log lines from this compile (e.g. rematerialization giving up)."""
         return [line for line in self.compiler_log.splitlines() if line[:1] in ("W", "E") and "] " in line]
 
-    @property
+    @functools.cached_property
     def module(self) -> hlo.HloModule:
+        """The scheduled HLO, parsed (once: the compile that made this report already did)."""
         return hlo.parse_module(self.hlo_text)
 
     def hlo_lines(self, *words: str, width: int = 160, limit: int = 10) -> list[str]:
@@ -473,7 +479,7 @@ def _report(compiled, placement: Placement, seconds: float, flag_set: xla_flags.
         alias_bytes=int(stats.host_alias_size_in_bytes),
     )
     target = placement.target
-    return CompileReport(
+    report = CompileReport(
         target=target.name,
         gpu=target.gpu.name,
         backend=placement.backend,
@@ -493,3 +499,5 @@ def _report(compiled, placement: Placement, seconds: float, flag_set: xla_flags.
         compiler_log=log,
         dump=xla_dump.read(Path(dump_dir)) if dump_dir else None,
     )
+    report.__dict__["module"] = module  # the cached property's value: parsing a 671B module takes a second
+    return report

@@ -15,6 +15,7 @@ from ``--xla_dump_to``, or a string in a test. The vocabulary:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import re
@@ -116,34 +117,47 @@ def parse_shape(text: str) -> Shape:
 
 
 def _parse_shape_prefix(text: str) -> tuple[Shape, str]:
-    text = text.lstrip()
-    if text.startswith("("):
+    shape, pos = _parse_shape_at(text, 0)
+    return shape, text[pos:]
+
+
+_SPACES = re.compile(r"\s*")
+
+
+def _parse_shape_at(text: str, pos: int) -> tuple[Shape, int]:
+    """The shape starting at ``pos`` (after blanks) and where it ends: positions, not slices, so a
+    long line with many tuple elements is read once."""
+    pos = _SPACES.match(text, pos).end()
+    if text.startswith("(", pos):
         elements = []
-        rest = text[1:].lstrip()
-        if rest.startswith(")"):
-            return TupleShape(()), rest[1:]
+        pos = _SPACES.match(text, pos + 1).end()
+        if text.startswith(")", pos):
+            return TupleShape(()), pos + 1
         while True:
-            element, rest = _parse_shape_prefix(rest)
+            element, pos = _parse_shape_at(text, pos)
             elements.append(element)
-            rest = rest.lstrip()
-            if rest.startswith(","):
-                rest = rest[1:]
+            pos = _SPACES.match(text, pos).end()
+            if text.startswith(",", pos):
+                pos += 1
                 continue
-            if rest.startswith(")"):
-                return TupleShape(tuple(elements)), rest[1:]
-            raise ValueError(f"malformed tuple shape near {rest[:40]!r}")
-    m = _ARRAY_RE.match(text)
+            if text.startswith(")", pos):
+                return TupleShape(tuple(elements)), pos + 1
+            raise ValueError(f"malformed tuple shape near {text[pos:pos + 40]!r}")
+    m = _ARRAY_RE.match(text, pos)
     if not m:
-        raise ValueError(f"not a shape: {text[:40]!r}")
-    dtype, dims, layout = m.group(1), m.group(2), m.group(3) or ""
+        raise ValueError(f"not a shape: {text[pos:pos + 40]!r}")
+    return _array_shape(m.group(1), m.group(2), m.group(3) or ""), m.end()
+
+
+@functools.lru_cache(maxsize=4096)
+def _array_shape(dtype: str, dims: str, layout: str) -> ArrayShape:
     space = re.search(r"S\((\d+)\)", layout)
     order = re.match(r"\{([0-9,]*)", layout)
     minor_to_major = tuple(int(d) for d in order.group(1).split(",") if d) if order else None
     dims_tuple = tuple(int(d) for d in dims.split(",") if d)
     if minor_to_major is not None and sorted(minor_to_major) != list(range(len(dims_tuple))):
         minor_to_major = None
-    shape = ArrayShape(dtype, dims_tuple, int(space.group(1)) if space else 0, minor_to_major)
-    return shape, text[m.end():]
+    return ArrayShape(dtype, dims_tuple, int(space.group(1)) if space else 0, minor_to_major)
 
 
 # ----------------------------------------------------------------------------- module
@@ -365,10 +379,16 @@ def _matching(text: str, open_index: int) -> int:
     return len(text)
 
 
+_SPECIAL = re.compile(r'[(){}\[\]",]')
+
+
 def _split_top(text: str) -> list[str]:
     """Split on commas that are not nested in brackets or strings."""
+    if "," not in text:
+        return [text] if text.strip() else []
     parts, depth, in_string, start = [], 0, False, 0
-    for i, c in enumerate(text):
+    for m in _SPECIAL.finditer(text):  # only the characters that matter: long attribute values are skipped
+        c, i = m.group(), m.start()
         if in_string:
             if c == '"' and text[i - 1] != "\\":
                 in_string = False
@@ -384,6 +404,36 @@ def _split_top(text: str) -> list[str]:
     if text[start:].strip():
         parts.append(text[start:])
     return parts
+
+
+# ----------------------------------------------------------------------------- loops
+
+
+@dataclasses.dataclass(frozen=True)
+class Loop:
+    """One ``while`` of the schedule: its body, trip count and loop-carried state."""
+
+    name: str
+    computation: str  # where the while sits
+    body: str
+    trips: int | None
+    carried: int  # elements of the loop-carried tuple
+    carried_device_bytes: int  # of them in HBM: what the loop keeps alive on the device across iterations
+    carried_host_bytes: int  # in pinned host memory (S(5)): the offloaded stacks
+
+
+def loops(module: HloModule) -> list[Loop]:
+    """Every scheduled ``while``, in module order."""
+    out = []
+    for instr in module.scheduled():
+        if instr.opcode != "while":
+            continue
+        arrays = flatten_shape(instr.shape)
+        elements = len(instr.shape.elements) if isinstance(instr.shape, TupleShape) else 1
+        out.append(Loop(instr.name, instr.computation, instr.attrs.get("body", "").lstrip("%"), instr.trip_count,
+                        elements, sum(a.bytes for a in arrays if not a.on_host),
+                        sum(a.bytes for a in arrays if a.on_host)))
+    return out
 
 
 # ----------------------------------------------------------------------------- host offload
@@ -601,7 +651,7 @@ def dot_flops(module: HloModule, instr: Instruction) -> float:
         numbers = instr.backend_config.get("gemm_backend_config", {}).get("dot_dimension_numbers", {})
         contracting = math.prod(lhs.dims[int(d)] for d in numbers.get("lhs_contracting_dimensions", []))
         return 2.0 * out.elements * contracting
-    if instr.opcode == "custom-call" and instr.custom_call_target.startswith(_CUDNN_ATTENTION):
+    if instr.opcode == "custom-call" and instr.custom_call_target.startswith(CUDNN_ATTENTION):
         return cudnn_attention_flops(module, instr)
     if instr.opcode == "convolution" and len(operands) > 1:
         kernel = flatten_shape(operands[1])[0]
@@ -613,7 +663,7 @@ def dot_flops(module: HloModule, instr: Instruction) -> float:
     return 0.0
 
 
-_CUDNN_ATTENTION = "__cudnn$fmha"
+CUDNN_ATTENTION = "__cudnn$fmha"
 
 
 def cudnn_attention_flops(module: HloModule, instr: Instruction) -> float:
@@ -711,10 +761,12 @@ def _inner_matmuls(module: HloModule, instr: Instruction, seen=None) -> tuple[fl
     return flops, dtype
 
 
-def op_costs(module: HloModule) -> list[OpCost]:
-    """Every scheduled op with its matmul FLOPs and HBM bytes per execution (roofline inputs)."""
+def op_costs(module: HloModule, host_transfers: set[str] | None = None) -> list[OpCost]:
+    """Every scheduled op with its matmul FLOPs and HBM bytes per execution (roofline inputs);
+    ``host_transfers``: the names of ``offload_summary(module)``'s transfers, when known."""
     costs = []
-    host_transfers = {t.name for t in offload_summary(module).transfers}
+    if host_transfers is None:
+        host_transfers = {t.name for t in offload_summary(module).transfers}
     for instr in module.scheduled():
         if instr.opcode in _NOT_KERNELS or instr.opcode.endswith("-done"):
             continue

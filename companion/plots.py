@@ -86,3 +86,66 @@ def pareto(points: Mapping[str, tuple[float, float]], predicted: Mapping[str, tu
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+LANE_LABELS = {"compute": "compute stream", "d2h": "D2H copies", "h2d": "H2D copies", "nvlink": "NVLink collectives",
+               "network": "network collectives", "async": "async compute"}
+EVENT_COLORS = {"compute": "#4C72B0", "d2h": "#55A868", "h2d": "#8172B2", "collective": "#DD8452", "async": "#8C8C8C",
+                "wait-transfer": "#C44E52", "wait-collective": "#E6A0A0", "wait-async": "#CCCCCC", "loop": "#B0C4DE",
+                "transfer": "#C44E52"}
+EVENT_LABELS = {"compute": "compute", "d2h": "device -> host", "h2d": "host -> device", "collective": "collective",
+                "async": "async compute", "wait-transfer": "waiting for a transfer (exposed)",
+                "wait-collective": "waiting for a collective (exposed)", "wait-async": "waiting for async compute",
+                "loop": "loop iterations"}
+
+
+def timeline(events, *, title: str = "", ax=None, unit: float = 1e-3, unit_label: str = "ms"):
+    """A Gantt chart of ``schedule.Event``s: one lane per stream, exposed waits in red on the
+    compute lane. Times are shifted so the first event starts at 0."""
+    events = list(events)
+    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(9, 2.8))
+    lanes = [lane for lane in LANE_LABELS if any(e.lane == lane for e in events)]
+    t0 = min((e.start for e in events), default=0.0)
+    seen = set()
+    for row, lane in enumerate(reversed(lanes)):
+        for e in events:
+            if e.lane != lane or e.end <= e.start:
+                continue
+            label = EVENT_LABELS.get(e.kind, e.kind) if e.kind not in seen else None
+            seen.add(e.kind)
+            ax.barh(row, (e.end - e.start) / unit, left=(e.start - t0) / unit, height=0.6,
+                    color=EVENT_COLORS.get(e.kind, "#999999"), edgecolor="white", linewidth=0.3, label=label)
+    ax.set_yticks(range(len(lanes)), [LANE_LABELS[lane] for lane in reversed(lanes)])
+    ax.set_xlabel(f"time ({unit_label})")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    return fig
+
+
+def throughput_vs_link(panels: Mapping[str, dict], *, ylabel: str = "TFLOP/s per GPU (simulated)"):
+    """One panel per GPU: TFLOP/s against host-link GB/s (log) for the offloading policies, the
+    remat policies as horizontal lines, the GPU's real links marked, the break-even annotated.
+
+    ``panels[title] = {"bandwidths": [GB/s], "curves": {label: [TFLOP/s]}, "levels": {label: TFLOP/s},
+    "links": {label: GB/s}, "break_even": GB/s or None}``."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.4 * len(panels), 4.6), squeeze=False)
+    for ax, (title, p) in zip(axes[0], panels.items()):
+        for label, ys in p["curves"].items():
+            ax.plot(p["bandwidths"], ys, marker="o", ms=3, label=label)
+        for (label, level), style in zip(p["levels"].items(), ("--", ":", "-.")):
+            ax.axhline(level, color="black", ls=style, lw=1.1, label=label)
+        for label, bw in p.get("links", {}).items():
+            ax.axvline(bw, color="gray", lw=0.8, alpha=0.6)
+            ax.annotate(label, (bw, 0.03), xycoords=ax.get_xaxis_transform(), rotation=90, fontsize=7,
+                        xytext=(2, 0), textcoords="offset points", va="bottom", color="dimgray")
+        if p.get("break_even"):
+            ax.axvline(p["break_even"], color="red", lw=1.2, label=f"break-even {p['break_even']:.0f} GB/s")
+        ax.set_xscale("log")
+        ax.set_xlabel("host link GB/s per GPU, each way")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
+    fig.tight_layout()
+    return fig

@@ -72,3 +72,37 @@ def test_policy_explorer_drives_without_a_frontend():
     assert "host" in status.value and "NVLink" not in status.value
     by_name["decoder_layer_input"].value = "offload"
     assert "Cannot" not in status.value
+
+
+# ----------------------------------------------------------------------------- step time (notebook 04)
+
+
+def _step_simulators():
+    from companion import schedule
+    from test_schedule import TARGET, offload_module
+
+    return {widgets.step_time_key("minimal_offloaded", True, 8): schedule.prepare(offload_module(2), TARGET)}
+
+
+def test_step_time_key_ignores_pipelining_without_offload():
+    assert widgets.step_time_key("full", True, 8) == ("full", False, 8)
+    assert widgets.step_time_key("minimal_offloaded", True, 8) == ("minimal_offloaded", True, 8)
+
+
+def test_step_time_view_simulates_on_the_chosen_link():
+    sims = _step_simulators()
+    own = widgets.step_time_view(sims, "minimal_offloaded", True, 8, "pcie5_x16")
+    fast = widgets.step_time_view(sims, "minimal_offloaded", True, 8, "nvlink_c2c_gh200")
+    assert own.ok and fast.ok
+    assert fast.result.step_seconds < own.result.step_seconds  # a faster link hides more of the transfer
+    assert "what-if" in fast.message and "what-if" not in own.message
+    assert own.message.startswith(own.result.summary())
+
+
+def test_step_time_view_says_what_is_missing_and_never_raises():
+    sims = _step_simulators()
+    missing = widgets.step_time_view(sims, "full", False, 8, "pcie5_x16")
+    assert not missing.ok and "not compiled yet" in missing.message
+    bad = widgets.step_time_view(sims, "minimal_offloaded", True, 8, "pcie9")
+    assert not bad.ok and "pcie9" in bad.message and "pcie5_x16" in bad.message
+    assert not widgets.step_time_view(sims, "no_such_policy", True, 8, "pcie5_x16").ok

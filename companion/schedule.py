@@ -1,0 +1,605 @@
+"""Step time from the compiled schedule: a replay of XLA's instruction order on a GPU's streams.
+
+``simulate(report)`` walks the scheduled HLO of a ``CompileReport`` in the order XLA chose (the
+entry computation, every ``while`` body by its trip count, ``call``s inline) and keeps one clock
+per resource:
+
+* ``compute`` — the GPU's compute stream: every kernel, one after another, each at its roofline
+  (``CostModel``: counted matmul FLOPs at a share of the dense peak, HBM bytes at a share of the
+  HBM bandwidth, plus a per-kernel gap);
+* ``d2h`` and ``h2d`` — the copy engines: a host transfer takes bytes / the host link's achievable
+  bandwidth in its direction per GPU, with every GPU sharing the link (and the host memory
+  behind it) transferring at once (``targets.HostLink.bandwidth_per_gpu``);
+* ``nvlink`` and ``network`` — collectives (``companion.collectives``): a group inside one NVLink
+  domain on NVLink, one that spans domains on the scale-out NICs; each lane runs one collective
+  at a time (concurrent collectives share the same wires);
+* ``async`` — other async work (device-to-device ``copy-start``, async fusions).
+
+An async ``*-start`` issues its work when the compute stream reaches it; the work begins when its
+lane is free and fewer than ``async_compute_limit`` host transfers and async computes are running
+(XLA's ``--xla_gpu_experimental_parallel_async_compute_limit``, default 2: the scheduler keeps at
+most that many in flight, ``GpuAsyncTracker`` at jaxlib 0.10.2's XLA); its ``*-done`` makes the
+compute stream wait until the work has finished. That wait is *exposed* time: the step is
+``compute + exposed transfers + exposed collectives + other waits``.
+
+Loops: a body's iterations are independent once nothing started outside it is still running
+(every async op a body starts, it also waits for), so one such iteration is simulated and its
+time and stream busy times are multiplied by the remaining trips; the iterations before it (a
+transfer or collective of the parent still running) are simulated one by one. A 126-layer stack
+costs one or two iterations' work, not 126.
+
+What is not modelled: kernels slowing each other (a copy or a collective taking HBM bandwidth or
+SMs from concurrent compute), host-side launch latency beyond the per-kernel gap, conditionals
+(the slowest branch is taken), send/recv. XLA's own estimate of the same schedule (its
+``.schedule.txt`` dump, ``compare_with_xla``) prices every host transfer at a constant — 5000 µs
+with the estimators GPU compiles use at jaxlib 0.10.2 — whatever its bytes; here it is bytes /
+bandwidth.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import functools
+from typing import Any
+
+from . import collectives as coll
+from . import hlo, targets
+from .roofline import matmul_rate
+from .targets import HostLink, Target
+
+LANES = ("compute", "d2h", "h2d", "nvlink", "network", "async")
+_ASYNC_CAPPED = ("d2h", "h2d", "async")  # XLA's kGpuAsyncStreamComputes: host transfers and async computes
+_FREE = ("parameter", "get-tuple-element", "tuple", "bitcast", "constant", "after-all", "add-dependency",
+         "opt-barrier", "partition-id", "replica-id", "iota")
+
+
+@dataclasses.dataclass(frozen=True)
+class CostModel:
+    """Achievable rates and fixed costs of the simulation (all overridable).
+
+    Defaults, and where they come from:
+
+    * ``matmul_efficiency`` 0.75 of the dense peak for cuBLAS GEMMs: large bf16 GEMMs on H100 reach
+      about 70-80 % (XLA's own matmul perf table prices the 8B layer's 481 GFLOP GEMM at 617 µs
+      against 486 µs at peak, 79 %: ``benchmarks/bench_target_config.py``).
+    * ``attention_efficiency`` 0.6 for fused attention kernels (cuDNN's ``__cudnn$fmha``):
+      FlashAttention-3 reports 60-75 % of H100's bf16 peak forward and less backward.
+    * ``hbm_efficiency`` 0.85 of the datasheet HBM bandwidth for memory-bound kernels (streaming
+      copies reach 85-90 %).
+    * ``kernel_gap_seconds`` 2 µs between kernels on the compute stream (launch and tail; MaxText's
+      GPU flags turn CUDA-graph command buffers off). An assumption.
+    * ``collectives``: see ``companion.collectives``.
+    * ``async_compute_limit``: None takes the compile's flag (XLA's default 2).
+    * ``concurrent_gpus``: GPUs of the host link's sharing group that transfer at once; None is all
+      of them (an SPMD step offloads on every GPU together).
+    """
+
+    matmul_efficiency: float = 0.75
+    attention_efficiency: float = 0.6
+    hbm_efficiency: float = 0.85
+    kernel_gap_seconds: float = 2e-6
+    collectives: coll.CollectiveModel = coll.CollectiveModel()
+    async_compute_limit: int | None = None
+    concurrent_gpus: int | None = None
+
+    def __post_init__(self):
+        for field in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency"):
+            value = getattr(self, field)
+            if not isinstance(value, (int, float)) or not 0 < value <= 1:
+                raise ValueError(f"{field} must be in (0, 1], got {value!r}")
+        if not isinstance(self.kernel_gap_seconds, (int, float)) or self.kernel_gap_seconds < 0:
+            raise ValueError(f"kernel_gap_seconds must be >= 0, got {self.kernel_gap_seconds!r}")
+        if self.async_compute_limit is not None and (not isinstance(self.async_compute_limit, int)
+                                                     or self.async_compute_limit < 1):
+            raise ValueError(f"async_compute_limit must be a positive integer or None, got {self.async_compute_limit!r}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# ----------------------------------------------------------------------------- the program
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    """One scheduled instruction, as the simulation needs it."""
+
+    name: str
+    opcode: str
+    action: str  # compute | start | done | while | call | conditional | free
+    lane: str = "compute"
+    seconds: float = 0.0
+    start: str = ""  # for a done: its start
+    called: tuple[str, ...] = ()
+    trips: int = 1
+    category: str = ""  # compute | transfer | collective | async
+    bytes: float = 0.0
+    flops: float = 0.0
+
+
+def _compute_seconds(cost: hlo.OpCost, gpu: targets.Gpu, model: CostModel, attention: bool) -> float:
+    if not cost.flops and not cost.bytes:
+        return 0.0
+    efficiency = model.attention_efficiency if attention else model.matmul_efficiency
+    flops_time = cost.flops / (matmul_rate(gpu, cost.dtype) * efficiency) if cost.flops else 0.0
+    return max(flops_time, cost.bytes / (gpu.hbm_bandwidth * model.hbm_efficiency)) + model.kernel_gap_seconds
+
+
+def _uses_fused_attention(instr: hlo.Instruction) -> bool:
+    return instr.opcode == "custom-call" and instr.custom_call_target.startswith(hlo.CUDNN_ATTENTION)
+
+
+def build_program(module: hlo.HloModule, target: Target, model: CostModel) -> dict[str, list[Op]]:
+    """Each scheduled computation as a list of ``Op``s with their costs on ``target`` (a host
+    transfer carries its bytes: its seconds depend on the link the replay is given)."""
+    transfers = {t.name: t for t in hlo.offload_summary(module).transfers}
+    costs = {c.name: c for c in hlo.op_costs(module, set(transfers))}
+    return {name: [_op(module, instr, target, model, costs, transfers)
+                   for instr in module.computations[name].instructions]
+            for name in module.scheduled_computations}
+
+
+def _op(module, instr, target, model, costs, transfers) -> Op:
+    opcode = instr.opcode
+    if opcode in _FREE or opcode.endswith("-update"):
+        return Op(instr.name, opcode, "free")
+    if opcode == "while":
+        return Op(instr.name, opcode, "while", called=(instr.attrs.get("body", "").lstrip("%"),),
+                  trips=instr.trip_count if instr.trip_count is not None else 1)
+    if opcode == "call":
+        return Op(instr.name, opcode, "call", called=tuple(instr.called))
+    if opcode == "conditional":
+        return Op(instr.name, opcode, "conditional", called=tuple(instr.called))
+    if opcode.endswith("-done"):
+        return Op(instr.name, opcode, "done", start=instr.operands[0] if instr.operands else "")
+    is_start = opcode.endswith("-start")
+    if instr.name in transfers:
+        t = transfers[instr.name]
+        return Op(instr.name, opcode, "start" if is_start else "compute", t.direction,
+                  category="transfer", bytes=t.bytes_per_execution)
+    c = coll.cost(module, instr, target, model.collectives)
+    if c is not None:
+        return Op(instr.name, opcode, "start" if is_start else "compute", c.lane,
+                  c.seconds, category="collective", bytes=c.wire_bytes)
+    cost = costs.get(instr.name)
+    if cost is None:
+        return Op(instr.name, opcode, "free")
+    seconds = _compute_seconds(cost, target.gpu, model, _uses_fused_attention(instr))
+    if is_start:  # a device copy or an async computation on its own stream
+        return Op(instr.name, opcode, "start", "async", seconds, category="async", bytes=cost.bytes, flops=cost.flops)
+    return Op(instr.name, opcode, "compute", "compute", seconds, category="compute", bytes=cost.bytes,
+              flops=cost.flops)
+
+
+# ----------------------------------------------------------------------------- the result
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """One interval on one lane, for a Gantt chart. ``kind``: compute, d2h, h2d, collective, async,
+    wait-transfer / wait-collective / wait-async (the compute stream stalled on a ``*-done``),
+    loop (iterations simulated as a block)."""
+
+    name: str
+    lane: str
+    start: float
+    end: float
+    kind: str
+    computation: str
+    iteration: int = 0
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSimulation:
+    """One training step replayed on one GPU of ``target`` (per device; seconds)."""
+
+    target: str
+    link: str
+    step_seconds: float
+    compute_seconds: float  # the compute stream busy
+    exposed_transfer_seconds: float  # compute stream waiting for host transfers
+    exposed_collective_seconds: float  # ... for collectives (and synchronous collectives)
+    exposed_other_seconds: float  # ... for other async work
+    exposed_transfer_by_direction: dict[str, float]  # the exposed transfer seconds of writes (d2h) and reads (h2d)
+    busy_seconds: dict[str, float]  # per lane
+    model_flops: float  # matmul FLOPs of the step without the recompute, per device
+    recompute_flops: float
+    peak_flops: float  # the GPU's dense bf16 peak, FLOP/s
+    peak_device_bytes: int
+    host_bytes: int
+    loop_iteration_seconds: dict[str, float]  # per loop body: one steady-state iteration
+    events: tuple[Event, ...] = dataclasses.field(repr=False, default=())
+    cost_model: CostModel = CostModel()
+    async_compute_limit: int = 2
+
+    @property
+    def exposed_seconds(self) -> float:
+        return self.exposed_transfer_seconds + self.exposed_collective_seconds + self.exposed_other_seconds
+
+    @property
+    def tflops_per_gpu(self) -> float:
+        """Model FLOP/s per GPU (recompute not counted), in TFLOP/s."""
+        return self.model_flops / self.step_seconds / 1e12 if self.step_seconds else 0.0
+
+    @property
+    def mfu(self) -> float:
+        return self.model_flops / self.step_seconds / self.peak_flops if self.step_seconds else 0.0
+
+    def to_dict(self, events: bool = False) -> dict[str, Any]:
+        out = {"target": self.target, "link": self.link, "step_seconds": self.step_seconds,
+               "compute_seconds": self.compute_seconds, "exposed_transfer_seconds": self.exposed_transfer_seconds,
+               "exposed_collective_seconds": self.exposed_collective_seconds,
+               "exposed_other_seconds": self.exposed_other_seconds,
+               "exposed_transfer_by_direction": dict(self.exposed_transfer_by_direction),
+               "busy_seconds": dict(self.busy_seconds),
+               "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu, "model_flops": self.model_flops,
+               "recompute_flops": self.recompute_flops, "peak_device_bytes": self.peak_device_bytes,
+               "host_bytes": self.host_bytes, "loop_iteration_seconds": dict(self.loop_iteration_seconds),
+               "async_compute_limit": self.async_compute_limit, "cost_model": self.cost_model.to_dict()}
+        if events:
+            out["events"] = [dataclasses.asdict(e) for e in self.events]
+        return out
+
+    def summary(self) -> str:
+        ms = 1e3
+        return (f"{self.target} over {self.link}: step {self.step_seconds * ms:.1f} ms = compute "
+                f"{self.compute_seconds * ms:.1f} + exposed transfers {self.exposed_transfer_seconds * ms:.1f} + "
+                f"exposed collectives {self.exposed_collective_seconds * ms:.1f}"
+                + (f" + other waits {self.exposed_other_seconds * ms:.1f}" if self.exposed_other_seconds else "")
+                + f" ms; {self.tflops_per_gpu:.0f} TFLOP/s per GPU, MFU {self.mfu:.1%}")
+
+    def lane_events(self, computation: str | None = None, iteration: int = 0) -> list[Event]:
+        """Events of one computation's recorded iteration (all of them when ``computation`` is None)."""
+        return [e for e in self.events if computation is None or (e.computation == computation
+                                                                  and e.iteration == iteration)]
+
+
+# ----------------------------------------------------------------------------- the replay
+
+
+_WAIT_KIND = {"transfer": "wait-transfer", "collective": "wait-collective", "async": "wait-async"}
+
+
+class _Replay:
+    """The streams' clocks while the program runs."""
+
+    def __init__(self, program: dict[str, list[Op]], bandwidth: dict[str, float], limit: int, max_events: int):
+        self.program = program
+        self.bandwidth = bandwidth  # host link bytes/s per GPU, per direction
+        self.limit = limit
+        self.max_events = max_events
+        self.t = 0.0
+        self.lane_free = dict.fromkeys(LANES, 0.0)
+        self.capped_ends: list[float] = []  # sorted end times of host transfers / async computes
+        self.pending: dict[str, tuple[float, float, str, str]] = {}  # start name -> (begin, end, category, lane)
+        self.busy = dict.fromkeys(LANES, 0.0)
+        self.exposed = {"transfer": 0.0, "collective": 0.0, "async": 0.0, "d2h": 0.0, "h2d": 0.0}
+        self.events: list[Event] = []
+        self.iteration_seconds: dict[str, float] = {}
+        self._steady: dict[str, tuple[float, dict, dict]] = {}
+
+    def quiet(self) -> bool:
+        return all(v <= self.t for v in self.lane_free.values()) and not any(
+            p[1] > self.t for p in self.pending.values())
+
+    def record(self, event: Event, on: bool):
+        if on and len(self.events) < self.max_events:
+            self.events.append(event)
+
+    def run(self, computation: str, record: bool, iteration: int = 0):
+        for op in self.program.get(computation, ()):
+            action = op.action
+            if action == "free":
+                continue
+            if action == "compute":
+                begin = self.t
+                seconds = self.seconds(op)
+                self.t += seconds
+                if op.category in ("collective", "transfer"):  # synchronous: the compute stream waits it out
+                    self.exposed[op.category] += seconds
+                    if op.category == "transfer":
+                        self.exposed[op.lane] += seconds
+                    self.busy[op.lane] += seconds
+                    kind = _WAIT_KIND[op.category]
+                else:
+                    self.busy["compute"] += seconds
+                    kind = op.category
+                if seconds:
+                    self.record(Event(op.name, "compute", begin, self.t, kind, computation, iteration), record)
+            elif action == "start":
+                self._start(op, computation, record, iteration)
+            elif action == "done":
+                self._done(op, computation, record, iteration)
+            elif action == "while":
+                self._loop(op, computation, record)
+            elif action == "call":
+                for callee in op.called:
+                    self.run(callee, record, iteration)
+            elif action == "conditional":
+                self._conditional(op, record, iteration)
+
+    def seconds(self, op: Op) -> float:
+        return op.bytes / self.bandwidth[op.lane] if op.category == "transfer" else op.seconds
+
+    def _start(self, op: Op, computation: str, record: bool, iteration: int):
+        seconds = self.seconds(op)
+        begin = max(self.t, self.lane_free[op.lane])
+        if op.lane in _ASYNC_CAPPED:
+            running = self.capped_ends[bisect.bisect_right(self.capped_ends, begin):]
+            if len(running) >= self.limit:
+                begin = max(begin, running[len(running) - self.limit])
+        end = begin + seconds
+        self.lane_free[op.lane] = end
+        if op.lane in _ASYNC_CAPPED:  # ends at or before the compute clock can no longer hold anything up
+            self.capped_ends = [e for e in self.capped_ends if e > self.t]
+            bisect.insort(self.capped_ends, end)
+        self.busy[op.lane] += seconds
+        self.pending[op.name] = (begin, end, op.category, op.lane)
+        kind = op.lane if op.category == "transfer" else op.category
+        self.record(Event(op.name, op.lane, begin, end, kind, computation, iteration), record)
+
+    def _done(self, op: Op, computation: str, record: bool, iteration: int):
+        started = self.pending.pop(op.start, None)
+        if started is None:
+            return
+        _, end, category, lane = started
+        if end > self.t:
+            self.exposed[category] += end - self.t
+            if category == "transfer":
+                self.exposed[lane] += end - self.t
+            self.record(Event(op.name, "compute", self.t, end, _WAIT_KIND[category], computation, iteration), record)
+            self.t = end
+
+    def _snapshot(self) -> tuple[float, dict, dict]:
+        return self.t, dict(self.busy), dict(self.exposed)
+
+    def _loop(self, op: Op, computation: str, record: bool):
+        body = op.called[0]
+        trips, i = op.trips, 0
+        while i < trips:
+            steady = self._steady.get(body)
+            if steady is not None and self.quiet():
+                seconds, busy, exposed = steady
+                n = trips - i
+                begin = self.t
+                self.t += n * seconds
+                for k, v in busy.items():
+                    self.busy[k] += n * v
+                for k, v in exposed.items():
+                    self.exposed[k] += n * v
+                self.record(Event(f"{body} x {n}", "compute", begin, self.t, "loop", body, i), record and i > 0)
+                return
+            was_quiet = self.quiet()
+            t0, busy0, exposed0 = self._snapshot()
+            self.run(body, record and i == 0, i)
+            if was_quiet and self.quiet():
+                seconds = self.t - t0
+                self._steady[body] = (seconds, {k: self.busy[k] - busy0[k] for k in busy0},
+                                      {k: self.exposed[k] - exposed0[k] for k in exposed0})
+                self.iteration_seconds.setdefault(body, seconds)
+            i += 1
+
+    def _conditional(self, op: Op, record: bool, iteration: int):
+        state = (self.t, dict(self.lane_free), list(self.capped_ends), dict(self.pending), dict(self.busy),
+                 dict(self.exposed))
+        best = None
+        for branch in op.called:
+            self.t, self.lane_free, self.capped_ends, self.pending, self.busy, self.exposed = (
+                state[0], dict(state[1]), list(state[2]), dict(state[3]), dict(state[4]), dict(state[5]))
+            self.run(branch, False, iteration)
+            if best is None or self.t > best[0]:
+                best = (self.t, dict(self.lane_free), list(self.capped_ends), dict(self.pending), dict(self.busy),
+                        dict(self.exposed))
+        if best is not None:
+            self.t, self.lane_free, self.capped_ends, self.pending, self.busy, self.exposed = best
+
+
+@dataclasses.dataclass
+class Simulator:
+    """A compiled step prepared for replays: its program priced on ``target`` (compute and
+    collectives), host transfers priced per replay on the link ``run`` is given."""
+
+    module: hlo.HloModule
+    target: Target
+    cost_model: CostModel
+    program: dict[str, list[Op]]
+    limit: int
+    peak_device_bytes: int = 0
+    host_bytes: int = 0
+
+    def run(self, link: HostLink | str | None = None, *, max_events: int = 20000) -> StepSimulation:
+        """One step on ``link`` (default: the target's own host link)."""
+        target = self.target.with_link(link) if link is not None else self.target
+        bandwidth = self.bandwidth(target.link)
+        replay = _Replay(self.program, bandwidth, self.limit, max_events)
+        replay.run(self.module.entry, True)
+        flops = self.flops
+        return StepSimulation(
+            target=target.name, link=target.link.key, step_seconds=replay.t, compute_seconds=replay.busy["compute"],
+            exposed_transfer_seconds=replay.exposed["transfer"],
+            exposed_collective_seconds=replay.exposed["collective"], exposed_other_seconds=replay.exposed["async"],
+            exposed_transfer_by_direction={d: replay.exposed[d] for d in targets.DIRECTIONS},
+            busy_seconds=dict(replay.busy), model_flops=flops.total - flops.recompute,
+            recompute_flops=flops.recompute, peak_flops=target.gpu.bf16_dense_flops,
+            peak_device_bytes=self.peak_device_bytes, host_bytes=self.host_bytes,
+            loop_iteration_seconds=dict(replay.iteration_seconds), events=tuple(replay.events),
+            cost_model=self.cost_model, async_compute_limit=self.limit)
+
+    def bandwidth(self, link: HostLink) -> dict[str, float]:
+        """Bytes/s per GPU each way over ``link``, with ``cost_model.concurrent_gpus`` sharing it."""
+        return {d: link.bandwidth_per_gpu(d, self.cost_model.concurrent_gpus) for d in targets.DIRECTIONS}
+
+    @functools.cached_property
+    def flops(self) -> hlo.FlopSummary:
+        return hlo.flop_summary(self.module)
+
+    def op_seconds(self) -> float:
+        """Every compute op's time times its executions: the step with nothing overlapped or waited for."""
+        counts = self.module.execution_counts
+        return sum(op.seconds * counts.get(comp, 0) for comp, ops in self.program.items()
+                   for op in ops if op.action == "compute" and op.category == "compute")
+
+
+def prepare(compiled, target: Target | str | None = None, *, cost_model: CostModel = CostModel()) -> Simulator:
+    """Price a compiled step's schedule on ``target``. ``compiled`` is a ``CompileReport`` (the
+    target defaults to its own, the in-flight cap to its flags) or scheduled HLO (an
+    ``hlo.HloModule`` or its text; then ``target`` is required and the cap is XLA's default 2
+    unless ``cost_model`` sets it)."""
+    if isinstance(compiled, (str, hlo.HloModule)):
+        if target is None:
+            raise ValueError("simulating HLO text needs a target, e.g. target='h100:1x8'")
+        module = hlo.parse_module(compiled) if isinstance(compiled, str) else compiled
+        flags, peak, host = {}, 0, 0
+    else:
+        module, flags = compiled.module, compiled.flags
+        peak = compiled.device.peak_bytes
+        host = compiled.host.total_bytes
+        if target is None:
+            target = targets.target(compiled.target, mem_fraction=compiled.mem_fraction)
+    if isinstance(target, str):
+        target = targets.target(target)
+    limit = cost_model.async_compute_limit or int(flags.get("xla_gpu_experimental_parallel_async_compute_limit", 2))
+    return Simulator(module, target, cost_model, build_program(module, target, cost_model), limit, peak, host)
+
+
+def simulate(compiled, target: Target | str | None = None, *, link: HostLink | str | None = None,
+             cost_model: CostModel = CostModel(), max_events: int = 20000) -> StepSimulation:
+    """Replay a compiled step's schedule (a ``CompileReport``, or scheduled HLO with a ``target``)
+    on ``target`` (default: the compile's own; ``link`` swaps the host link for a what-if) and
+    time one training step per GPU."""
+    return prepare(compiled, target, cost_model=cost_model).run(link, max_events=max_events)
+
+
+# ----------------------------------------------------------------------------- what-ifs
+
+
+def link_at(bytes_per_s: float) -> HostLink:
+    """A what-if host link giving each GPU ``bytes_per_s`` each way, shared with nobody."""
+    if not isinstance(bytes_per_s, (int, float)) or not bytes_per_s > 0:
+        raise ValueError(f"link bandwidth must be a positive number of bytes/s, got {bytes_per_s!r}")
+    return HostLink(f"what_if_{bytes_per_s / targets.GB:g}GBps", f"what-if link, {bytes_per_s / targets.GB:g} GB/s "
+                    "per GPU each way", nominal_per_direction=bytes_per_s, achievable_d2h=bytes_per_s,
+                    achievable_h2d=bytes_per_s, gpus_per_link=1, host_memory_bytes_per_s=bytes_per_s,
+                    gpus_per_host_memory=1, host_memory="not a limit (what-if)",
+                    assumption="a what-if: this bandwidth per GPU each way, nothing shared")
+
+
+def break_even_bandwidth(offload: Simulator, reference_seconds: float, *, low: float = 1e9,
+                         high: float = 1e13, tolerance: float = 0.01) -> float | None:
+    """The per-GPU link bandwidth (bytes/s each way) at which ``offload``'s simulated step equals
+    ``reference_seconds`` (e.g. the remat step's): offload is faster above it. None if it is
+    still slower at ``high``; ``low`` if it is already faster there."""
+    def step(bw: float) -> float:
+        return offload.run(link_at(bw), max_events=0).step_seconds
+
+    if step(high) > reference_seconds:
+        return None
+    if step(low) <= reference_seconds:
+        return low
+    while high / low > 1 + tolerance:
+        mid = (low * high) ** 0.5
+        low, high = (low, mid) if step(mid) <= reference_seconds else (mid, high)
+    return high
+
+
+# ----------------------------------------------------------------------------- XLA's own estimate
+
+
+@dataclasses.dataclass(frozen=True)
+class XlaComparison:
+    """One scheduled computation: XLA's estimate of one run beside the simulation's."""
+
+    computation: str
+    role: str  # step (the entry) | loop body (one iteration)
+    xla_us: float  # the latency-hiding scheduler's total for one run
+    simulated_us: float | None
+    host_transfers: int  # async host transfers the computation runs
+    xla_transfer_us: float | None  # what XLA's estimator charged one of them (median)
+    simulated_transfer_us: float | None  # bytes / link bandwidth (median)
+
+
+def compare_with_xla(simulator: Simulator, result: StepSimulation, lhs) -> list[XlaComparison]:
+    """Rows of XLA's own schedule estimate (``dump.LhsSchedule``, from a compile with ``dump=True``)
+    beside the simulation ``result`` of the same compile."""
+    bandwidth = (simulator.bandwidth(targets.host_link(result.link)) if result.link in targets.HOST_LINKS
+                 else None)
+    rows = []
+    for name, comp in lhs.computations.items():
+        ops = {op.name: op for op in simulator.program.get(name, ())}
+        spans = [(s, d) for s, d in comp.async_spans() if ops.get(s.name, Op("", "", "free")).category == "transfer"]
+        xla_t = sorted(d.start - s.end for s, d in spans)
+        ours_t = sorted(ops[s.name].bytes / bandwidth[ops[s.name].lane] for s, _ in spans) if bandwidth else []
+        if name == simulator.module.entry:
+            role, ours = "step", result.step_seconds
+        else:
+            role, ours = "loop body", result.loop_iteration_seconds.get(name)
+        rows.append(XlaComparison(name, role, comp.total_us, ours * 1e6 if ours is not None else None, len(spans),
+                                  xla_t[len(xla_t) // 2] if xla_t else None,
+                                  ours_t[len(ours_t) // 2] * 1e6 if ours_t else None))
+    return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class TransferCover:
+    """One async host transfer and the compute XLA scheduled between its start and its done."""
+
+    name: str
+    computation: str
+    direction: str  # d2h | h2d
+    bytes: float
+    transfer_seconds: float  # bytes / the link's per-GPU bandwidth
+    kernels_between: int
+    compute_between_seconds: float  # the simulation's time of those kernels (nested loops not counted)
+    xla_window_us: float | None  # what XLA's own timeline put between start and done
+
+    @property
+    def hidden(self) -> bool:
+        return self.compute_between_seconds >= self.transfer_seconds
+
+
+def transfer_cover(simulator: Simulator, link: HostLink | str | None = None, lhs=None) -> list[TransferCover]:
+    """Every async host transfer of the schedule with the compute placed under it: the question the
+    scheduler answered with its own costs (``lhs``, a ``dump.LhsSchedule``, adds its window)."""
+    bandwidth = simulator.bandwidth(targets.host_link(link) if link is not None else simulator.target.link)
+    out = []
+    for computation, ops in simulator.program.items():
+        xla = lhs.computations.get(computation) if lhs is not None else None
+        xla_spans = {s.name: d.start - s.end for s, d in xla.async_spans()} if xla is not None else {}
+        index = {op.name: k for k, op in enumerate(ops)}
+        for k, op in enumerate(ops):
+            if op.action != "done" or op.start not in index:
+                continue
+            start = ops[index[op.start]]
+            if start.category != "transfer":
+                continue
+            between = [o for o in ops[index[op.start] + 1:k] if o.action == "compute" and o.category == "compute"
+                       and o.seconds > 0]
+            out.append(TransferCover(start.name, computation, start.lane, start.bytes, start.bytes / bandwidth[start.lane],
+                                     len(between), sum(o.seconds for o in between), xla_spans.get(start.name)))
+    return out
+
+
+def summarize_cover(covers: list[TransferCover]) -> dict[str, dict[str, float]]:
+    """Per direction: transfers, median MiB, median transfer ms, median compute placed under one (ms),
+    and how many have at least their own time of compute under them."""
+    import statistics
+
+    out = {}
+    for direction in targets.DIRECTIONS:
+        these = [c for c in covers if c.direction == direction]
+        if not these:
+            continue
+        out[direction] = {
+            "transfers": len(these),
+            "median MiB": statistics.median(c.bytes for c in these) / 2**20,
+            "median transfer ms": statistics.median(c.transfer_seconds for c in these) * 1e3,
+            "median kernels under it": statistics.median(c.kernels_between for c in these),
+            "median compute under it ms": statistics.median(c.compute_between_seconds for c in these) * 1e3,
+            "covered": sum(c.hidden for c in these),
+        }
+    return out

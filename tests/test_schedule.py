@@ -1,0 +1,339 @@
+"""The step-time simulator: hand-written schedules with known answers, then compiled steps."""
+
+import dataclasses
+import json
+
+import pytest
+
+from companion import cli, collectives, hlo, schedule, targets
+
+TARGET = targets.target("h100", 1)
+GPU = TARGET.gpu
+MODEL = schedule.CostModel()
+N = 1024  # f32[N, N]: 4 MiB
+MB4 = N * N * 4
+
+
+def _fusion_seconds(nbytes: float) -> float:
+    return nbytes / (GPU.hbm_bandwidth * MODEL.hbm_efficiency) + MODEL.kernel_gap_seconds
+
+
+def _bw(direction: str) -> float:
+    return TARGET.link.bandwidth_per_gpu(direction)
+
+
+HEADER = """HloModule test
+
+%neg (p0: f32[1024,1024]) -> f32[1024,1024] {
+  %p0 = f32[1024,1024]{1,0} parameter(0)
+  ROOT %n = f32[1024,1024]{1,0} negate(%p0)
+}
+"""
+
+
+def _module(body: str, params: str = "a: f32[1024,1024]", extra: str = "") -> str:
+    return HEADER + extra + f"\nENTRY %main ({params}) -> f32[1024,1024] {{\n{body}\n}}\n"
+
+
+def _chain(n: int, src: str = "a") -> tuple[str, str]:
+    lines, prev = [], src
+    for i in range(n):
+        lines.append(f"  %f{i} = f32[1024,1024]{{1,0}} fusion(%{prev}), kind=kLoop, calls=%neg")
+        prev = f"f{i}"
+    return "\n".join(lines), prev
+
+
+def test_serial_chain_is_the_sum_of_its_ops():
+    chain, last = _chain(3)
+    text = _module("  %a = f32[1024,1024]{1,0} parameter(0)\n" + chain + f"\n  ROOT %r = f32[1024,1024]{{1,0}} copy(%{last})")
+    sim = schedule.simulate(text, TARGET)
+    expected = 3 * _fusion_seconds(2 * MB4) + _fusion_seconds(2 * MB4)  # three fusions and the copy
+    assert sim.step_seconds == pytest.approx(expected, rel=1e-9)
+    assert sim.compute_seconds == pytest.approx(sim.step_seconds)
+    assert sim.exposed_seconds == 0
+    assert schedule.prepare(text, TARGET).op_seconds() == pytest.approx(sim.step_seconds)
+
+
+def offload_module(compute_ops: int) -> str:
+    chain, last = _chain(compute_ops, "a")
+    return _module(
+        "  %a = f32[1024,1024]{1,0} parameter(0)\n"
+        "  %cs = (f32[1024,1024]{1,0:S(5)}, f32[1024,1024]{1,0}, u32[]) copy-start(%a)\n"
+        + chain +
+        "\n  %cd = f32[1024,1024]{1,0:S(5)} copy-done(%cs)"
+        f"\n  ROOT %r = f32[1024,1024]{{1,0}} copy(%{last})")
+
+
+def test_a_transfer_under_enough_compute_is_hidden():
+    transfer = MB4 / _bw("d2h")
+    ops = int(transfer / _fusion_seconds(2 * MB4)) + 2  # more compute than the transfer takes
+    sim = schedule.simulate(offload_module(ops), TARGET)
+    assert sim.exposed_transfer_seconds == 0
+    assert sim.busy_seconds["d2h"] == pytest.approx(transfer)
+    assert sim.step_seconds == pytest.approx((ops + 1) * _fusion_seconds(2 * MB4))
+
+
+def test_a_transfer_longer_than_the_compute_is_exposed_by_the_difference():
+    transfer = MB4 / _bw("d2h")
+    sim = schedule.simulate(offload_module(1), TARGET)
+    compute_before_done = _fusion_seconds(2 * MB4)
+    assert sim.exposed_transfer_seconds == pytest.approx(transfer - compute_before_done)
+    assert sim.step_seconds == pytest.approx(transfer + _fusion_seconds(2 * MB4))
+    waits = [e for e in sim.events if e.kind == "wait-transfer"]
+    assert len(waits) == 1 and waits[0].seconds == pytest.approx(sim.exposed_transfer_seconds)
+
+
+def _two_transfers() -> str:
+    """A write to the host and a read from it, issued together, then waited for."""
+    return _module(
+        "  %a = f32[1024,1024]{1,0} parameter(0)\n"
+        "  %h = f32[1024,1024]{1,0:S(5)} parameter(1)\n"
+        "  %out = (f32[1024,1024]{1,0:S(5)}, f32[1024,1024]{1,0}, u32[]) copy-start(%a)\n"
+        "  %in = (f32[1024,1024]{1,0}, f32[1024,1024]{1,0:S(5)}, u32[]) copy-start(%h)\n"
+        "  %od = f32[1024,1024]{1,0:S(5)} copy-done(%out)\n"
+        "  %id = f32[1024,1024]{1,0} copy-done(%in)\n"
+        "  ROOT %r = f32[1024,1024]{1,0} copy(%id)",
+        params="a: f32[1024,1024], h: f32[1024,1024]")
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+def test_the_in_flight_cap_serialises_transfers(limit):
+    sim = schedule.simulate(_two_transfers(), TARGET, cost_model=schedule.CostModel(async_compute_limit=limit))
+    d2h, h2d = MB4 / _bw("d2h"), MB4 / _bw("h2d")
+    transfers = d2h + h2d if limit == 1 else max(d2h, h2d)
+    assert sim.step_seconds == pytest.approx(transfers + _fusion_seconds(2 * MB4))
+    starts = {e.name: e for e in sim.events if e.lane in ("d2h", "h2d")}
+    overlap = min(starts["out"].end, starts["in"].end) - max(starts["out"].start, starts["in"].start)
+    assert (overlap > 0) == (limit == 2)
+
+
+def test_the_cap_defaults_to_xlas_flag():
+    assert schedule.prepare(_two_transfers(), TARGET).limit == 2
+
+
+LOOP = """
+%body (p: (s32[], f32[1024,1024])) -> (s32[], f32[1024,1024]) {
+  %p = (s32[], f32[1024,1024]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %x = f32[1024,1024]{1,0} get-tuple-element(%p), index=1
+  %y = f32[1024,1024]{1,0} fusion(%x), kind=kLoop, calls=%neg
+  %cs = (f32[1024,1024]{1,0:S(5)}, f32[1024,1024]{1,0}, u32[]) copy-start(%y)
+  %z = f32[1024,1024]{1,0} fusion(%y), kind=kLoop, calls=%neg
+  %cd = f32[1024,1024]{1,0:S(5)} copy-done(%cs)
+  %one = s32[] constant(1)
+  %j = s32[] add(%i, %one)
+  ROOT %t = (s32[], f32[1024,1024]{1,0}) tuple(%j, %z)
+}
+
+%cond (p: (s32[], f32[1024,1024])) -> pred[] {
+  %p = (s32[], f32[1024,1024]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %n = s32[] constant(TRIPS)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+"""
+
+
+@pytest.mark.parametrize("trips", [1, 7, 126])
+def test_a_loop_runs_its_body_trip_count_times(trips):
+    text = _module(
+        "  %a = f32[1024,1024]{1,0} parameter(0)\n"
+        "  %zero = s32[] constant(0)\n"
+        "  %init = (s32[], f32[1024,1024]{1,0}) tuple(%zero, %a)\n"
+        f'  %w = (s32[], f32[1024,1024]{{1,0}}) while(%init), condition=%cond, body=%body, '
+        f'backend_config={{"known_trip_count":{{"n":"{trips}"}}}}\n'
+        "  ROOT %r = f32[1024,1024]{1,0} get-tuple-element(%w), index=1",
+        extra=LOOP.replace("TRIPS", str(trips)))
+    sim = schedule.simulate(text, TARGET)
+    fusion = _fusion_seconds(2 * MB4)
+    add = _fusion_seconds(12)  # the s32 add: 3 x 4 bytes
+    iteration = max(2 * fusion, fusion + MB4 / _bw("d2h")) + add
+    assert sim.step_seconds == pytest.approx(trips * iteration, rel=1e-9)
+    assert sim.loop_iteration_seconds["body"] == pytest.approx(iteration)
+    assert sim.busy_seconds["d2h"] == pytest.approx(trips * MB4 / _bw("d2h"))
+    assert sum(e.kind == "wait-transfer" for e in sim.events) == 1  # one iteration recorded, the rest a block
+
+
+def test_hlo_text_needs_a_target():
+    with pytest.raises(ValueError, match="needs a target"):
+        schedule.prepare(_two_transfers())
+
+
+@pytest.mark.parametrize("field, value", [("matmul_efficiency", 0), ("hbm_efficiency", 1.5),
+                                          ("kernel_gap_seconds", -1), ("async_compute_limit", 0)])
+def test_bad_cost_model_is_one_line(field, value):
+    with pytest.raises(ValueError, match=field):
+        schedule.CostModel(**{field: value})
+
+
+def test_link_at_and_break_even():
+    with pytest.raises(ValueError, match="positive"):
+        schedule.link_at(0)
+    sim = schedule.prepare(offload_module(1), TARGET)
+    compute = 2 * _fusion_seconds(2 * MB4)
+    # offload's step equals a reference of 1.5x its compute when the transfer takes that long minus the first fusion
+    reference = 1.5 * compute
+    bw = schedule.break_even_bandwidth(sim, reference)
+    expected = MB4 / (reference - _fusion_seconds(2 * MB4))
+    assert bw == pytest.approx(expected, rel=0.02)
+    assert schedule.break_even_bandwidth(sim, compute / 2) is None  # never as fast as half its compute
+
+
+# ----------------------------------------------------------------------------- collectives
+
+
+@pytest.mark.parametrize("groups, size, domains", [
+    ("mesh['axis_0'=8,'axis_1'=8] {'axis_1'}", 8, 1),
+    ("mesh['axis_0'=8,'axis_1'=8] {'axis_0'}", 8, 8),
+    ("mesh['axis_0'=8,'axis_1'=8] {'axis_0','axis_1'}", 64, 8),
+    ("{{0,1,2,3},{4,5,6,7}}", 4, 1),
+    ("[8,8]<=[64]", 8, 1),
+    ("[8,8]<=[8,8]T(1,0)", 8, 8),
+    ("{}", 64, 8),
+])
+def test_replica_groups(groups, size, domains):
+    instr = hlo.Instruction("ag", "all-gather-start", hlo.parse_shape("f32[8]"), [], {"replica_groups": groups}, "c")
+    group = collectives.first_group(instr, 64)
+    assert group.size == size and group.domains(8) == domains
+
+
+def test_collective_bytes_and_lanes():
+    text = """HloModule c
+
+ENTRY %main (a: bf16[1024,1024]) -> bf16[8192,1024] {
+  %a = bf16[1024,1024]{1,0} parameter(0)
+  %s = (bf16[1024,1024]{1,0}, bf16[8192,1024]{1,0}) all-gather-start(%a), replica_groups=GROUPS, dimensions={0}
+  ROOT %d = bf16[8192,1024]{1,0} all-gather-done(%s)
+}
+"""
+    full = 8192 * 1024 * 2
+    target = targets.target("h100", "8x8")
+    fab = collectives.fabric("h100")
+    model = collectives.CollectiveModel()
+    inside = hlo.parse_module(text.replace("GROUPS", "mesh['axis_0'=8,'axis_1'=8] {'axis_1'}"))
+    across = hlo.parse_module(text.replace("GROUPS", "mesh['axis_0'=8,'axis_1'=8] {'axis_0'}"))
+    c_in = collectives.cost(inside, inside.computations["main"].by_name["s"], target)
+    c_out = collectives.cost(across, across.computations["main"].by_name["s"], target)
+    assert c_in.lane == "nvlink" and c_out.lane == "network"
+    assert c_in.wire_bytes == c_out.wire_bytes == pytest.approx(full * 7 / 8)
+    assert c_in.seconds == pytest.approx(model.latency_seconds + full * 7 / 8 / (fab.nvlink_per_direction * 0.8))
+    assert c_out.seconds == pytest.approx(model.latency_seconds + full * 7 / 8 / (fab.nic_per_gpu * 0.9))
+    sim = schedule.simulate(across, target)
+    assert sim.exposed_collective_seconds == pytest.approx(c_out.seconds)
+    assert sim.busy_seconds["network"] == pytest.approx(c_out.seconds)
+
+
+def test_every_gpu_has_a_fabric():
+    assert set(collectives.FABRICS) == set(targets.GPUS)
+    with pytest.raises(ValueError, match="choose one of"):
+        collectives.fabric("a100")
+
+
+# ----------------------------------------------------------------------------- compiled steps
+
+
+@pytest.fixture(scope="module")
+def offload_8b():
+    """Llama 3.1 8B on 8 x H100, B8 S8192, minimal_offloaded, without and with pipelining."""
+    from companion import compiler, train
+
+    placement = compiler.place(targets.target("h100", "1x8"))
+    out = {}
+    for key, flags in (("naive", None), ("pipelined", "--xla_gpu_enable_pipelined_host_offloading=true")):
+        out[key] = train.compile_step(train.trainer("llama3.1-8b", "minimal_offloaded"), placement, 8, 8192,
+                                      flags=flags)
+    out["full"] = train.compile_step(train.trainer("llama3.1-8b", "full"), placement, 8, 8192)
+    return out
+
+
+def test_pipelined_offload_is_no_slower_and_a_slow_link_exposes_transfers(offload_8b):
+    naive = schedule.prepare(offload_8b["naive"])
+    pipelined = schedule.prepare(offload_8b["pipelined"])
+    n, p = naive.run(), pipelined.run()
+    assert p.step_seconds <= n.step_seconds
+    assert p.exposed_transfer_seconds < n.exposed_transfer_seconds
+    assert n.busy_seconds["d2h"] > 0 and n.busy_seconds["h2d"] > 0
+    pcie = targets.host_link("pcie5_x16")
+    slow = schedule.link_at(pcie.bandwidth_per_gpu("d2h") / 100)
+    for sim in (naive, pipelined):
+        s = sim.run(slow)
+        assert s.exposed_transfer_seconds > 0.9 * s.step_seconds  # transfers dominate
+    # exposed time grows as the link slows
+    exposed = [naive.run(schedule.link_at(bw)).exposed_transfer_seconds for bw in (400e9, 50e9, 5e9)]
+    assert exposed[0] < exposed[1] < exposed[2]
+
+
+def test_without_offload_no_transfer_time(offload_8b):
+    sim = schedule.simulate(offload_8b["full"])
+    assert sim.exposed_transfer_seconds == 0 and sim.busy_seconds["d2h"] == sim.busy_seconds["h2d"] == 0
+    assert sim.step_seconds == pytest.approx(sim.compute_seconds + sim.exposed_seconds)
+    assert 0.2 < sim.mfu < 0.75  # model FLOPs at 75 % matmul efficiency, less the memory-bound ops
+    assert sim.model_flops == pytest.approx(offload_8b["full"].flops.total - offload_8b["full"].flops.recompute)
+
+
+def test_a_step_without_offload_or_collectives_is_the_sum_of_its_ops():
+    from companion import compiler, models, train
+
+    placement = compiler.place(targets.target("h100", 1))
+    report = train.compile_step(train.trainer(models.config("llama3.1-8b", num_layers=2), "full"), placement, 1, 2048)
+    assert report.collectives.counts == {} and report.offload.d2h_ops == 0
+    sim = schedule.prepare(report)
+    result = sim.run()
+    assert result.step_seconds == pytest.approx(sim.op_seconds(), rel=0.01)
+
+
+def test_cli_simulate_json(capsys):
+    assert cli.main(["simulate", "--model", "tiny-llama", "--target", "h100:1x2", "--batch", "4", "--seq", "128",
+                     "--policy", "minimal_offloaded", "--pipelined", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("step_seconds", "compute_seconds", "exposed_transfer_seconds", "exposed_collective_seconds",
+                "tflops_per_gpu", "mfu", "peak_device_bytes", "host_bytes"):
+        assert key in out
+    assert out["pipelined"] is True and out["host_bytes"] > 0
+    assert out["step_seconds"] == pytest.approx(out["compute_seconds"] + out["exposed_transfer_seconds"]
+                                                + out["exposed_collective_seconds"] + out["exposed_other_seconds"])
+
+
+def test_cli_simulate_bad_link_is_one_line(capsys):
+    assert cli.main(["simulate", "--model", "tiny-llama", "--batch", "4", "--seq", "128", "--link", "pcie9"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "pcie9" in err and "pcie5_x16" in err
+
+
+def test_event_list_is_a_gantt_chart(offload_8b):
+    from companion import plots
+
+    sim = schedule.simulate(offload_8b["pipelined"])
+    assert {e.lane for e in sim.events} >= {"compute", "d2h", "h2d", "nvlink"}
+    assert all(e.end >= e.start for e in sim.events)
+    body = next(iter(sim.loop_iteration_seconds))
+    fig = plots.timeline(sim.lane_events(body), title="one forward iteration")
+    assert fig.axes[0].get_yticklabels()
+    dataclasses.asdict(sim.events[0])
+
+
+def test_transfer_cover_counts_the_compute_under_each_transfer():
+    ops = 5
+    sim = schedule.prepare(offload_module(ops), TARGET)
+    (cover,) = schedule.transfer_cover(sim)
+    assert cover.direction == "d2h" and cover.bytes == MB4 and cover.kernels_between == ops
+    assert cover.compute_between_seconds == pytest.approx(ops * _fusion_seconds(2 * MB4))
+    assert cover.transfer_seconds == pytest.approx(MB4 / _bw("d2h"))
+    assert cover.hidden == (cover.compute_between_seconds >= cover.transfer_seconds)
+    summary = schedule.summarize_cover([cover])
+    assert summary["d2h"]["transfers"] == 1 and summary["d2h"]["median kernels under it"] == ops
+
+
+def test_exposed_transfers_are_split_by_direction():
+    sim = schedule.simulate(offload_module(1), TARGET)
+    assert sim.exposed_transfer_by_direction["d2h"] == pytest.approx(sim.exposed_transfer_seconds)
+    assert sim.exposed_transfer_by_direction["h2d"] == 0
+
+
+def test_loops_report_the_carried_state(offload_8b):
+    naive, pipelined = (hlo.loops(offload_8b[k].module) for k in ("naive", "pipelined"))
+    per_layer = offload_8b["naive"].offload.d2h_bytes_per_step // 32
+    assert [lp.carried_host_bytes for lp in naive] == [offload_8b["naive"].offload.d2h_bytes_per_step] * 2
+    # pipelining carries one more layer of every offloaded tensor through each loop
+    assert all(abs(p.carried_device_bytes - n.carried_device_bytes - per_layer) < 1024 for n, p in zip(naive, pipelined))
+    assert pipelined[1].trips == naive[1].trips - 1  # the backward loop's peeled iteration
