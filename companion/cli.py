@@ -46,6 +46,8 @@ def _targets(args) -> int:
 
 
 def _flags(args) -> int:
+    if args.compare:
+        return _compare(args)
     if args.check is not None:
         parsed = xla_flags.parse(args.check)
         print(f"ok: {len(parsed)} flag(s) valid for jaxlib {xla_flags.KNOWN_JAXLIB}")
@@ -55,6 +57,32 @@ def _flags(args) -> int:
         return 0
     for f in xla_flags.CATALOG.values():
         print(f"{f.as_flag():70} [{f.topic}] {f.meaning}")
+    return 0
+
+
+def _compare(args) -> int:
+    """``flags --compare A B ...``: the same train step compiled and simulated under each flag set."""
+    from . import experiments
+
+    missing = [f"--{n}" for n in ("model", "batch", "seq") if getattr(args, n) is None]
+    if missing:
+        raise ValueError(f"flags --compare needs the step to compile: give {', '.join(missing)}")
+    sets = {spec: spec for spec in args.compare}
+    for spec in sets:  # every flag set is checked before the first compile
+        xla_flags.resolve(spec)
+    def compile_fn(flag_set):
+        args.xla_flags = flag_set
+        cfg, trainer, state, report = _compiled(args)
+        return report
+
+    runs = experiments.run(compile_fn, sets, link=args.link)
+    rows = experiments.rows(runs)
+    if args.json:
+        print(json.dumps([{**row, "xla_flags": run.flag_set.xla_flags(), "simulation": run.simulation.to_dict()}
+                          for row, run in zip(rows, runs)], indent=1))
+    else:
+        for row in rows:
+            print(" | ".join(f"{k}: {v}" for k, v in row.items()))
     return 0
 
 
@@ -153,13 +181,13 @@ def _budget(args) -> int:
     return 0
 
 
-def _add_step_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="a model config, e.g. llama3.1-405b, deepseek-v3-671b, tiny-llama")
+def _add_step_arguments(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("--model", required=required, help="a model config, e.g. llama3.1-405b, deepseek-v3-671b, tiny-llama")
     p.add_argument("--target", default="h100", help="GPU key (h100, h200, gh200, b200, gb200) or GPU:TOPOLOGY (h100:8x8)")
     p.add_argument("--gpus", type=int, default=None, help="number of GPUs (whole hosts); default: the GPU's usual system")
     p.add_argument("--mesh", default=None, help="mesh axes, e.g. fsdp=64 or fsdp=8,tensor=8 (one may be -1)")
-    p.add_argument("--batch", type=int, required=True, help="global batch B (sequences per step)")
-    p.add_argument("--seq", type=int, required=True, help="sequence length S")
+    p.add_argument("--batch", type=int, required=required, help="global batch B (sequences per step)")
+    p.add_argument("--seq", type=int, required=required, help="sequence length S")
     p.add_argument("--policy", default="full", help="a MaxText remat_policy preset or a custom .json spec")
     p.add_argument("--attention", choices=models_configs.ATTENTION_IMPLS, default=None,
                    help="attention: flash (the default: cuDNN's fused kernel where JAX can emit it, else the lab's "
@@ -201,6 +229,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("flags", help="list the XLA flag catalog, print a preset, or --check an XLA_FLAGS string")
     p.add_argument("--check", metavar="XLA_FLAGS", help="validate this flag string; exit 1 if it is not valid")
     p.add_argument("--preset", choices=tuple(xla_flags.PRESETS), help="print a preset as an XLA_FLAGS string")
+    p.add_argument("--compare", action="append", metavar="FLAGS",
+                   help="compile the step given by --model/--batch/--seq/... under each of these flag sets (a preset "
+                        "and/or --name=value flags; repeat or list several) and print one row per set")
+    p.add_argument("--link", default=None, help="with --compare: price host transfers on this host link")
+    _add_step_arguments(p, required=False)
     p.set_defaults(run=_flags)
     p = sub.add_parser("compile", help="compile a model's full train step for a target; per-device memory report")
     _add_step_arguments(p)
@@ -227,12 +260,29 @@ def main(argv: list[str] | None = None) -> int:
         if token in ("--check", "--xla-flags") and argv[i + 1].startswith("--"):
             argv[i:i + 2] = [f"{token}={argv[i + 1]}"]
             break
+    argv = _join_compare_values(argv)
     args = parser.parse_args(argv)
     try:
         return args.run(args)
     except (ValueError, OSError) as err:
         print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
         return 1
+
+
+def _join_compare_values(argv: list[str]) -> list[str]:
+    """``--compare A B C`` -> ``--compare=A --compare=B --compare=C``: each value is a flag set, which
+    may itself start with ``--``."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] != "--compare":
+            out.append(argv[i])
+            i += 1
+            continue
+        i += 1
+        while i < len(argv) and (not argv[i].startswith("--") or argv[i].startswith("--xla")):
+            out.append(f"--compare={argv[i]}")
+            i += 1
+    return out
 
 
 if __name__ == "__main__":

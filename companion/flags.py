@@ -458,3 +458,43 @@ def defaults(topic: str | None = None) -> dict[str, Any]:
     if topic is not None and topic not in TOPICS:
         raise ValueError(f"unknown topic {topic!r}; choose one of {', '.join(TOPICS)}")
     return {f.name: f.default for f in CATALOG.values() if topic is None or f.topic == topic}
+
+
+# ----------------------------------------------------------------------------- export
+
+OPTIMIZATION_LEVELS = ("O0", "O1", "O2", "O3")
+
+
+def differences(base: FlagSet, other: FlagSet) -> dict[str, Any]:
+    """The flags ``other`` sets differently from ``base`` (``None``: ``other`` leaves it at XLA's default)."""
+    names = set(base.flags) | set(other.flags)
+    return {n: other.flags.get(n) for n in sorted(names) if base.flags.get(n) != other.flags.get(n)}
+
+
+def export(flag_set: FlagSet, *, mem_fraction: float | None = None, host_pool_gib: int | None = None,
+           optimization_level: str | None = None) -> dict[str, Any]:
+    """A flag set as a user pastes it: the ``XLA_FLAGS`` string, the same as per-compile
+    ``compiler_options``, and the environment variables that go with it (each validated):
+    ``XLA_PYTHON_CLIENT_MEM_FRACTION`` (JAX's allocator share of HBM), ``XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB``
+    (the pinned host pool, whole GiB) and ``JAX_OPTIMIZATION_LEVEL`` (at jaxlib 0.10.2, O1 turns on the
+    latency-hiding scheduler, pipelined collectives and the speed-of-light estimator — not pipelined host
+    offload, which is flag-only since openxla/xla #37979)."""
+    from . import targets
+
+    env = {}
+    if mem_fraction is not None:
+        env[targets.MEM_FRACTION_ENV] = f"{targets.check_mem_fraction(mem_fraction):g}"
+    if host_pool_gib is not None:
+        if not isinstance(host_pool_gib, int) or isinstance(host_pool_gib, bool) or host_pool_gib < 1:
+            raise ValueError(f"host_pool_gib must be a positive whole number of GiB, got {host_pool_gib!r} "
+                             f"({targets.HOST_POOL_ENV} is read as an integer)")
+        env[targets.HOST_POOL_ENV] = str(host_pool_gib)
+    if optimization_level is not None:
+        if optimization_level not in OPTIMIZATION_LEVELS:
+            raise ValueError(f"unknown JAX optimization level {optimization_level!r}; choose one of: "
+                             f"{', '.join(OPTIMIZATION_LEVELS)}")
+        env["JAX_OPTIMIZATION_LEVEL"] = optimization_level
+    xla = flag_set.xla_flags()
+    shell = " ".join(f"{k}={v}" for k, v in env.items())
+    return {"XLA_FLAGS": xla, "compiler_options": flag_set.compiler_options(), "env": env,
+            "shell": f"{shell} XLA_FLAGS={shlex.quote(xla)}".strip()}

@@ -1,0 +1,77 @@
+"""Flag experiments: the same step compiled under several XLA flag sets, side by side.
+
+``run(compile_fn, flag_sets)`` compiles once per flag set (``compile_fn(flag_set) -> CompileReport``,
+e.g. a layer stack or a train step), replays each schedule with ``companion.schedule`` and returns
+one ``FlagRun`` per set: device peak, host bytes, counted FLOPs, the async host transfers and how
+many of them XLA put enough compute under, collectives, the simulated step and its exposed time,
+compile seconds — and the flags that differ from the first set (the baseline). Nothing is cached
+on disk: a notebook keeps the runs it made in memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping
+
+from . import flags as xla_flags
+from . import schedule
+from .targets import HostLink
+
+GiB = 2**30
+
+
+@dataclasses.dataclass(frozen=True)
+class FlagRun:
+    """One compile under one flag set, and its replay."""
+
+    label: str
+    flag_set: xla_flags.FlagSet
+    changed: dict[str, Any]  # against the baseline's flags (None: left at XLA's default)
+    report: Any  # compiler.CompileReport
+    simulator: schedule.Simulator
+    simulation: schedule.StepSimulation
+
+    @property
+    def cover(self) -> dict[str, dict[str, float]]:
+        return schedule.summarize_cover(schedule.transfer_cover(self.simulator))
+
+    def row(self) -> dict[str, Any]:
+        r, s = self.report, self.simulation
+        cover = self.cover
+        transfers = sum(c["transfers"] for c in cover.values())
+        covered = sum(c["covered"] for c in cover.values())
+        return {
+            "flag set": self.label,
+            "changed": " ".join(f"{k}={xla_flags.format_value(v) if v is not None else '(default)'}"
+                                for k, v in self.changed.items()) or "(baseline)",
+            "device peak GiB": round(r.device.peak_bytes / GiB, 3),
+            "host GiB": round(r.host.total_bytes / GiB, 3),
+            "TFLOP": round(r.flops.total / 1e12, 2),
+            "host transfers (covered)": f"{transfers} ({covered})",
+            "collectives": sum(r.collectives.counts.values()),
+            "step ms": round(s.step_seconds * 1e3, 1),
+            "exposed transfers ms": round(s.exposed_transfer_seconds * 1e3, 1),
+            "exposed collectives ms": round(s.exposed_collective_seconds * 1e3, 1),
+            "compile s": round(r.compile_seconds, 1),
+        }
+
+
+def run(compile_fn: Callable[[xla_flags.FlagSet], Any], flag_sets: Mapping[str, Any], *,
+        link: HostLink | str | None = None, cost_model: schedule.CostModel = schedule.CostModel()) -> list[FlagRun]:
+    """Compile and replay under each flag set (``{label: spec}``, a spec as ``flags.resolve`` takes
+    it); the first is the baseline. Every spec is validated before the first compile."""
+    if not flag_sets:
+        raise ValueError("no flag sets to compare: give at least one, e.g. {'maxtext': None, 'xla defaults': 'none'}")
+    resolved = {label: xla_flags.resolve(spec) for label, spec in flag_sets.items()}
+    base = next(iter(resolved.values()))
+    runs = []
+    for label, flag_set in resolved.items():
+        report = compile_fn(flag_set)
+        sim = schedule.prepare(report, cost_model=cost_model)
+        runs.append(FlagRun(label, flag_set, xla_flags.differences(base, flag_set), report, sim,
+                            sim.run(link, max_events=0)))
+    return runs
+
+
+def rows(runs: list[FlagRun]) -> list[dict[str, Any]]:
+    return [r.row() for r in runs]
