@@ -11,7 +11,7 @@ on disk: a notebook keeps the runs it made in memory.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 from . import flags as xla_flags
 from . import schedule
@@ -27,6 +27,7 @@ class FlagRun:
     label: str
     flag_set: xla_flags.FlagSet
     changed: dict[str, Any]  # against the baseline's flags (None: left at XLA's default)
+    baseline_preset: str
     report: Any  # compiler.CompileReport
     simulator: schedule.Simulator
     simulation: schedule.StepSimulation
@@ -35,6 +36,16 @@ class FlagRun:
     def cover(self) -> dict[str, dict[str, float]]:
         return schedule.summarize_cover(schedule.transfer_cover(self.simulator))
 
+    def describe_change(self) -> str:
+        """What differs from the baseline: the flags, or another preset and its own overrides."""
+        if self.flag_set.preset != self.baseline_preset:
+            extra = xla_flags.to_xla_flags(self.flag_set.overrides) if self.flag_set.overrides else ""
+            level = self.flag_set.overrides.get(xla_flags.JAX_OPTIMIZATION_LEVEL)
+            extra += f" --{xla_flags.JAX_OPTIMIZATION_LEVEL}={level}" if level else ""
+            return f"preset {self.flag_set.preset} {extra}".strip()
+        return " ".join(f"{k}={xla_flags.format_value(v) if v is not None else '(default)'}"
+                        for k, v in self.changed.items()) or "(baseline)"
+
     def row(self) -> dict[str, Any]:
         r, s = self.report, self.simulation
         cover = self.cover
@@ -42,8 +53,7 @@ class FlagRun:
         covered = sum(c["covered"] for c in cover.values())
         return {
             "flag set": self.label,
-            "changed": " ".join(f"{k}={xla_flags.format_value(v) if v is not None else '(default)'}"
-                                for k, v in self.changed.items()) or "(baseline)",
+            "changed": self.describe_change(),
             "device peak GiB": round(r.device.peak_bytes / GiB, 3),
             "host GiB": round(r.host.total_bytes / GiB, 3),
             "TFLOP": round(r.flops.total / 1e12, 2),
@@ -56,20 +66,22 @@ class FlagRun:
         }
 
 
-def run(compile_fn: Callable[[xla_flags.FlagSet], Any], flag_sets: Mapping[str, Any], *,
-        link: HostLink | str | None = None, cost_model: schedule.CostModel = schedule.CostModel()) -> list[FlagRun]:
+def run(compile_fn: Callable[..., Any], flag_sets: Mapping[str, Any], *, link: HostLink | str | None = None,
+        cost_model: schedule.CostModel = schedule.CostModel(), dump: Collection[str] = ()) -> list[FlagRun]:
     """Compile and replay under each flag set (``{label: spec}``, a spec as ``flags.resolve`` takes
-    it); the first is the baseline. Every spec is validated before the first compile."""
+    it); the first is the baseline. Every spec is validated before the first compile.
+    ``compile_fn(flag_set)`` compiles; for the labels in ``dump`` it is called as
+    ``compile_fn(flag_set, dump=True)`` (XLA's dumps: the scheduler's own schedule, live ranges)."""
     if not flag_sets:
         raise ValueError("no flag sets to compare: give at least one, e.g. {'maxtext': None, 'xla defaults': 'none'}")
     resolved = {label: xla_flags.resolve(spec) for label, spec in flag_sets.items()}
     base = next(iter(resolved.values()))
     runs = []
     for label, flag_set in resolved.items():
-        report = compile_fn(flag_set)
+        report = compile_fn(flag_set, dump=True) if label in dump else compile_fn(flag_set)
         sim = schedule.prepare(report, cost_model=cost_model)
-        runs.append(FlagRun(label, flag_set, xla_flags.differences(base, flag_set), report, sim,
-                            sim.run(link, max_events=0)))
+        runs.append(FlagRun(label, flag_set, xla_flags.differences(base, flag_set), base.preset, report, sim,
+                            sim.run(link)))
     return runs
 
 

@@ -30,6 +30,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 KINDS = ("bool", "int", "float", "string", "enum", "enum_list", "string_list")
+# JAX's optimization level (``jax_optimization_level``, env ``JAX_OPTIMIZATION_LEVEL``) is no XLA flag but a
+# build option; a flag set may carry it as ``--jax_optimization_level=O1``. JAX passes it to XLA as
+# ``ExecutableBuildOptions.optimization_level``, the value of ``jax._src.config.EffortLevel`` (jax 0.10.2).
+JAX_OPTIMIZATION_LEVEL = "jax_optimization_level"
+OPTIMIZATION_LEVELS = ("O0", "O1", "O2", "O3")
+EFFORT_LEVELS = {"O0": 9, "O1": 19, "O2": 29, "O3": 39}
 TOPICS = ("scheduler", "offload", "memory", "collectives", "loops", "command buffers", "passes", "gemm", "debug")
 
 
@@ -412,6 +418,11 @@ def parse(flags: str | Mapping[str, Any] | None) -> dict[str, Any]:
             items.append((name, value if sep else "true"))
     parsed = {}
     for name, value in items:
+        if name == JAX_OPTIMIZATION_LEVEL:
+            if str(value) not in OPTIMIZATION_LEVELS:
+                raise ValueError(f"bad --{name}={value}: choose one of {', '.join(OPTIMIZATION_LEVELS)}")
+            parsed[name] = str(value)
+            continue
         if name in ABSENT:
             raise ValueError(f"XLA flag {name!r} does not exist in jaxlib {KNOWN_JAXLIB}'s XLA ({ABSENT[name]}); "
                              "XLA would abort the process on it")
@@ -430,14 +441,19 @@ def format_value(value: Any) -> str:
 
 
 def to_xla_flags(flags: Mapping[str, Any]) -> str:
-    """The ``XLA_FLAGS`` string for validated flags (as in ``XLA_FLAGS="..." python train.py``)."""
-    return " ".join(f"--{name}={shlex.quote(format_value(value))}" for name, value in parse(flags).items())
+    """The ``XLA_FLAGS`` string for validated flags (as in ``XLA_FLAGS="..." python train.py``); JAX's
+    optimization level is not an XLA flag and is left out (``export`` puts it in the environment)."""
+    return " ".join(f"--{name}={shlex.quote(format_value(value))}" for name, value in parse(flags).items()
+                    if name != JAX_OPTIMIZATION_LEVEL)
 
 
 def to_compiler_options(flags: Mapping[str, Any]) -> dict[str, Any]:
     """Per-compile ``compiler_options`` for ``Lowered.compile``: Python bools, ints and strings."""
     options = {}
     for name, value in flags.items():
+        if name == JAX_OPTIMIZATION_LEVEL:  # a build option JAX passes beside the debug options
+            options["optimization_level"] = EFFORT_LEVELS[value]
+            continue
         if isinstance(value, tuple):
             if value and name in CATALOG and CATALOG[name].kind == "enum_list" and value[0][:1] in ("+", "-"):
                 # +TYPE/-TYPE edit the default set
@@ -461,8 +477,6 @@ def defaults(topic: str | None = None) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- export
-
-OPTIMIZATION_LEVELS = ("O0", "O1", "O2", "O3")
 
 
 def differences(base: FlagSet, other: FlagSet) -> dict[str, Any]:
@@ -489,6 +503,7 @@ def export(flag_set: FlagSet, *, mem_fraction: float | None = None, host_pool_gi
             raise ValueError(f"host_pool_gib must be a positive whole number of GiB, got {host_pool_gib!r} "
                              f"({targets.HOST_POOL_ENV} is read as an integer)")
         env[targets.HOST_POOL_ENV] = str(host_pool_gib)
+    optimization_level = optimization_level or flag_set.flags.get(JAX_OPTIMIZATION_LEVEL)
     if optimization_level is not None:
         if optimization_level not in OPTIMIZATION_LEVELS:
             raise ValueError(f"unknown JAX optimization level {optimization_level!r}; choose one of: "

@@ -149,3 +149,29 @@ def throughput_vs_link(panels: Mapping[str, dict], *, ylabel: str = "TFLOP/s per
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
     fig.tight_layout()
     return fig
+
+
+def flag_bars(rows, *, title: str = ""):
+    """Per flag set (``experiments.rows``): the simulated step split into compute and exposed time,
+    and the device peak, side by side."""
+    labels = [r["flag set"] for r in rows][::-1]
+    rows = rows[::-1]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.42 * len(rows) + 1.4), sharey=True)
+    exposed_t = [r["exposed transfers ms"] for r in rows]
+    exposed_c = [r["exposed collectives ms"] for r in rows]
+    compute = [r["step ms"] - t - c for r, t, c in zip(rows, exposed_t, exposed_c)]
+    y = range(len(rows))
+    left.barh(y, compute, color=EVENT_COLORS["compute"], label="compute")
+    left.barh(y, exposed_t, left=compute, color=EVENT_COLORS["wait-transfer"], label="exposed transfers")
+    left.barh(y, exposed_c, left=[a + b for a, b in zip(compute, exposed_t)], color=EVENT_COLORS["collective"],
+              label="exposed collectives")
+    left.set_yticks(list(y), labels)
+    left.set_xlabel("simulated step (ms)")
+    left.legend(fontsize=8, loc="lower right")
+    right.barh(y, [r["device peak GiB"] for r in rows], color=COLORS["activations"])
+    right.set_xlabel("device peak (GiB)")
+    for ax in (left, right):
+        ax.grid(axis="x", alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

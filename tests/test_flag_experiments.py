@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from companion import cli, compiler, experiments, flags, models, pgle, schedule, targets, train
+from companion import cli, compiler, experiments, flags, hlo, models, pgle, schedule, targets, train
 
 STACK = models.config("llama3.1-8b", num_layers=4)
 B, S = 8, 4096
@@ -129,3 +129,26 @@ def test_cli_compare_needs_a_step_and_valid_flags(capsys):
     assert cli.main(["flags", "--compare", "--xla_bogus=1", "--model", "tiny-llama", "--batch", "4", "--seq", "8"]) == 1
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "xla_bogus" in err
+
+
+def test_jax_optimization_level_travels_as_a_build_option():
+    flag_set = flags.resolve("--jax_optimization_level=O1")
+    assert flag_set.compiler_options()["optimization_level"] == 19
+    assert "jax_optimization_level" not in flag_set.xla_flags()
+    assert flags.export(flag_set)["env"]["JAX_OPTIMIZATION_LEVEL"] == "O1"
+    with pytest.raises(ValueError, match="O0, O1"):
+        flags.resolve("--jax_optimization_level=fast")
+
+
+def test_o1_turns_on_loop_and_collective_passes_but_not_pipelined_offload(placement):
+    """At jaxlib 0.10.2, O1 on XLA's defaults changes the loops and the collectives (unrolling, pipelined
+    collectives), but pipelined host offload stays opt-in (openxla/xla #37979): adding its flag to O1
+    still changes the offload."""
+    none, o1, o1_pipelined = experiments.run(_compile(placement), {
+        "xla defaults": "none", "O1": "none --jax_optimization_level=O1",
+        "O1 + pipelined offload": "none --jax_optimization_level=O1 --xla_gpu_enable_pipelined_host_offloading=true"})
+    assert o1.changed == {"jax_optimization_level": "O1"}
+    assert sum(o1.report.collectives.counts.values()) > sum(none.report.collectives.counts.values())
+    assert [lp.trips for lp in hlo.loops(o1.report.module)] != [lp.trips for lp in hlo.loops(none.report.module)]
+    assert ([lp.carried for lp in hlo.loops(o1_pipelined.report.module)] != [lp.carried for lp in hlo.loops(o1.report.module)]
+            or o1_pipelined.report.offload.h2d_ops != o1.report.offload.h2d_ops)
