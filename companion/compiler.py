@@ -423,6 +423,7 @@ def compile(fn: Callable, *args, placement: Placement,
                 lowered = jitted.lower(*args)
             if host_arguments is not None:
                 _mark_host_arguments(lowered, host_arguments, len(jax.tree.leaves(args)))
+            _refuse_aborting_combinations(flag_set, lowered)
             try:
                 compiled = lowered.compile(compiler_options=options)
             except Exception as err:  # XLA reports bad flag values as JaxRuntimeError
@@ -433,6 +434,22 @@ def compile(fn: Callable, *args, placement: Placement,
     finally:
         if dump is True:
             shutil.rmtree(dump_dir, ignore_errors=True)
+
+
+ANALYTICAL_ESTIMATOR = "xla_gpu_enable_analytical_latency_estimator"
+
+
+def _refuse_aborting_combinations(flag_set: xla_flags.FlagSet, lowered) -> None:
+    """Refuse what would abort the process inside XLA (a CHECK failure kills a notebook's kernel).
+
+    jaxlib 0.10.2: the analytical latency estimator on a step that moves data to or from host memory
+    fails ``Check failed: buffer != nullptr`` in ``xla::Shape::dimensions`` from
+    ``GpuPerformanceModel::EstimateRunTimeForInstruction`` (the launch dimensions of an async host
+    transfer's fusion), found compiling Llama layers with ``minimal_offloaded`` for H100."""
+    if flag_set.flags.get(ANALYTICAL_ESTIMATOR) and "annotate_device_placement" in lowered.as_text():
+        raise ValueError(f"--{ANALYTICAL_ESTIMATOR}=true aborts XLA (jaxlib {xla_flags.KNOWN_JAXLIB}) on a step that "
+                         "offloads to host memory (a CHECK failure in its GPU performance model): leave the analytical "
+                         "estimator off for offloading steps, or compile a policy that does not offload")
 
 
 def _mark_host_arguments(lowered, host: Sequence[bool], count: int) -> None:

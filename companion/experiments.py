@@ -39,10 +39,13 @@ class FlagRun:
     def describe_change(self) -> str:
         """What differs from the baseline: the flags, or another preset and its own overrides."""
         if self.flag_set.preset != self.baseline_preset:
-            extra = xla_flags.to_xla_flags(self.flag_set.overrides) if self.flag_set.overrides else ""
+            parts = [f"preset {self.flag_set.preset}"]
+            if self.flag_set.overrides:
+                parts.append(xla_flags.to_xla_flags(self.flag_set.overrides))
             level = self.flag_set.overrides.get(xla_flags.JAX_OPTIMIZATION_LEVEL)
-            extra += f" --{xla_flags.JAX_OPTIMIZATION_LEVEL}={level}" if level else ""
-            return f"preset {self.flag_set.preset} {extra}".strip()
+            if level:
+                parts.append(f"--{xla_flags.JAX_OPTIMIZATION_LEVEL}={level}")
+            return " ".join(p for p in parts if p)
         return " ".join(f"{k}={xla_flags.format_value(v) if v is not None else '(default)'}"
                         for k, v in self.changed.items()) or "(baseline)"
 
@@ -62,7 +65,7 @@ class FlagRun:
             "step ms": round(s.step_seconds * 1e3, 1),
             "exposed transfers ms": round(s.exposed_transfer_seconds * 1e3, 1),
             "exposed collectives ms": round(s.exposed_collective_seconds * 1e3, 1),
-            "compile s": round(r.compile_seconds, 1),
+            "compile": f"{r.compile_seconds:.1f} s (wall clock)",
         }
 
 

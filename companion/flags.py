@@ -512,4 +512,4 @@ def export(flag_set: FlagSet, *, mem_fraction: float | None = None, host_pool_gi
     xla = flag_set.xla_flags()
     shell = " ".join(f"{k}={v}" for k, v in env.items())
     return {"XLA_FLAGS": xla, "compiler_options": flag_set.compiler_options(), "env": env,
-            "shell": f"{shell} XLA_FLAGS={shlex.quote(xla)}".strip()}
+            "shell": f'{shell} XLA_FLAGS="{xla}"'.strip()}

@@ -22,7 +22,10 @@ profile_guided_latency_estimator=2``):
   of the ``*-start`` itself: ``write`` gives both the transfer's time;
 * instructions missing from the profile fall back to the base estimator ("PGLE did not find
   relevant profiling info"); ``--xla_gpu_pgle_accuracy_checker=PGLE_STRICTNESS_LEVEL_WARN``
-  lists them, ``..._ERROR`` fails the compile;
+  logs "Found N instructions from the profile" and lists the missing ones, ``..._ERROR`` fails the
+  compile. ``write`` names every scheduled instruction of the first compile, ``*-done`` ops at 0 µs;
+  what the second compile still lacks are the instructions it names differently (a compile with
+  the profile is a new compile: ops that XLA creates while scheduling may be numbered anew);
 * a profile is found by path (a ``.pbtxt``/``.pb`` file, or a folder of ``<fingerprint>.pbtxt``);
   its presence alone turns the latency-hiding scheduler on.
 """
@@ -69,9 +72,11 @@ def costs(simulator: Simulator, link: HostLink | str | None = None) -> tuple[dic
     counts = {"kernels": 0, "transfers": 0, "collectives": 0}
     for computation, ops in simulator.program.items():
         for op in ops:
-            if op.action == "compute" and op.category == "compute" and op.seconds:
-                out[op.name] = op.seconds * 1e6
+            if op.action == "compute" and op.category == "compute":
+                out[op.name] = op.seconds * 1e6  # zero-time ops too: a name the profile lacks falls back to XLA's guess
                 counts["kernels"] += 1
+            elif op.action == "done":
+                out[op.name] = 0.0  # the wait itself costs nothing: the latency is the start's
             elif op.category == "transfer" and op.action in ("start", "compute"):
                 us = op.bytes / bandwidth[op.lane] * 1e6
                 out[op.name] = us

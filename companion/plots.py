@@ -167,7 +167,7 @@ def flag_bars(rows, *, title: str = ""):
               label="exposed collectives")
     left.set_yticks(list(y), labels)
     left.set_xlabel("simulated step (ms)")
-    left.legend(fontsize=8, loc="lower right")
+    left.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3)
     right.barh(y, [r["device peak GiB"] for r in rows], color=COLORS["activations"])
     right.set_xlabel("device peak (GiB)")
     for ax in (left, right):

@@ -76,6 +76,16 @@ def test_a_profile_from_the_link_model_is_read_by_xlas_scheduler(placement, tmp_
     assert set(after) == set(before) and all(after[n] >= 0.98 * ours[n] for n in after)
     assert sum(after[n] == pytest.approx(ours[n], rel=0.02) for n in after) >= len(after) // 5
     assert statistics.median(after.values()) < statistics.median(before.values()) / 2
+    assert not [w for w in second.compiler_warnings if "Missing" in w]  # the accuracy checker found every name
+    # its accuracy checker reads the file: drop the entries of the transfers' waits and it lists them
+    partial = tmp_path / "partial.pbtxt"
+    partial.write_text("".join(f'costs {{ name: "{n}" cost_us: {us} }}\n' for n, us in profile.costs_us.items()
+                               if "-done" not in n))
+    third = _compile(placement)(flags.resolve(f"--xla_gpu_enable_pipelined_host_offloading=true "
+                                              f"--xla_gpu_pgle_profile_file_or_directory_path={partial} "
+                                              "--xla_gpu_pgle_accuracy_checker=PGLE_STRICTNESS_LEVEL_WARN"))
+    log = "\n".join(third.compiler_warnings)
+    assert "Found" in log and "Missing" in log and "dynamic-slice-done" in log
     resimulated = schedule.prepare(second).run()
     moved = [(c.name, c.kernels_between) for c in schedule.transfer_cover(schedule.prepare(second))] != \
             [(c.name, c.kernels_between) for c in schedule.transfer_cover(sim)]
@@ -152,3 +162,13 @@ def test_o1_turns_on_loop_and_collective_passes_but_not_pipelined_offload(placem
     assert [lp.trips for lp in hlo.loops(o1.report.module)] != [lp.trips for lp in hlo.loops(none.report.module)]
     assert ([lp.carried for lp in hlo.loops(o1_pipelined.report.module)] != [lp.carried for lp in hlo.loops(o1.report.module)]
             or o1_pipelined.report.offload.h2d_ops != o1.report.offload.h2d_ops)
+
+
+def test_the_analytical_estimator_on_an_offloading_step_is_refused_not_an_abort():
+    """XLA would abort the process (a CHECK failure): the lab says why instead, before compiling."""
+    placement = compiler.place(targets.target("h100", "1x2"))
+    spec = "--xla_gpu_enable_analytical_latency_estimator=true"
+    with pytest.raises(ValueError, match="aborts XLA"):
+        train.compile_layer_stack("tiny-llama", "minimal_offloaded", placement, 4, 64, flags=spec)
+    report = train.compile_layer_stack("tiny-llama", "full", placement, 4, 64, flags=spec)  # no offload: fine
+    assert report.flags["xla_gpu_enable_analytical_latency_estimator"] is True
