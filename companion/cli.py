@@ -1,10 +1,11 @@
 """``python -m companion ...``: the lab's checks for scripts and CI.
 
 Subcommands: ``targets`` (the GPU catalog and host links), ``flags`` (the XLA flag catalog and
-presets, ``--check`` a flag string), ``compile`` (the full train step of a model for a target,
-per-device report), ``budget`` (the analytic per-device memory budget of the same step, no
-compile), ``simulate`` (compile, then replay the schedule on the GPU's streams: step time). Every verdict is against usable HBM (``--mem-fraction`` of the card, default 0.75 as
-JAX's allocator); compiles use MaxText's GPU flags unless ``--xla-flags`` says otherwise.
+presets, ``--check`` a flag string, ``--compare`` flag sets on one step), ``compile`` (the full
+train step of a model for a target, per-device report), ``budget`` (the analytic per-device memory
+budget of the same step, no compile), ``simulate`` (compile, then replay the schedule on the GPU's
+streams: step time). Every verdict is against usable HBM (``--mem-fraction`` of the card, default
+0.75 as JAX's allocator); compiles use MaxText's GPU flags unless ``--xla-flags`` says otherwise.
 Errors are one line on stderr and exit status 1, never a traceback.
 """
 
@@ -68,8 +69,11 @@ def _compare(args) -> int:
     if missing:
         raise ValueError(f"flags --compare needs the step to compile: give {', '.join(missing)}")
     sets = {spec: spec for spec in args.compare}
-    for spec in sets:  # every flag set is checked before the first compile
+    for spec in sets:  # every flag set and the link are checked before the first compile
         xla_flags.resolve(spec)
+    if args.link:
+        targets.host_link(args.link)
+
     def compile_fn(flag_set):
         args.xla_flags = flag_set
         cfg, trainer, state, report = _compiled(args)

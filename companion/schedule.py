@@ -135,9 +135,9 @@ def build_program(module: hlo.HloModule, target: Target, model: CostModel) -> di
     transfer carries its bytes: its seconds depend on the link the replay is given)."""
     transfers = {t.name: t for t in hlo.offload_summary(module).transfers}
     costs = {c.name: c for c in hlo.op_costs(module, set(transfers))}
-    return {name: [_op(module, instr, target, model, costs, transfers)
-                   for instr in module.computations[name].instructions]
-            for name in module.scheduled_computations}
+    scheduled = module.scheduled_computations
+    return {name: [_op(module, instr, target, model, costs, transfers) for instr in comp.instructions]
+            for name, comp in module.computations.items() if name in scheduled}  # module order: deterministic
 
 
 def _op(module, instr, target, model, costs, transfers) -> Op:
