@@ -9,7 +9,9 @@ Importing ``companion`` prepares JAX, once, before it starts:
   says why and the backend is left unstarted, so ``compiler.backend()`` raises a ValueError;
 * imports ``jax`` and starts its backend with file descriptor 2 captured, so the plugin's
   "Could not find cuda drivers" lines land in ``companion.JAX_START_LOG``, not in notebooks
-  (with ``XLA_FLAGS`` set, the backend starts uncaptured, so XLA's own errors stay visible).
+  (with ``XLA_FLAGS`` set, the backend starts uncaptured, so XLA's own errors stay visible) —
+  except in a multi-process job (``companion.distributed``), whose backend may start only after
+  ``jax.distributed.initialize``.
 
 Modules, from the ground up: ``targets`` and ``flags`` (data), ``hlo`` and ``dump`` (reading
 XLA's output), ``compiler`` (function + target -> report), ``sharding``, ``models`` and
@@ -19,6 +21,7 @@ XLA's output), ``compiler`` (function + target -> report), ``sharding``, ``model
 import os
 import warnings
 
+from . import distributed as _distributed
 from . import flags as _flags
 from . import stderr as _stderr
 
@@ -33,14 +36,24 @@ def _xla_flags_error() -> str | None:
     return None
 
 
+def _in_a_cluster() -> bool:
+    """A multi-process job (``distributed.Cluster.from_env``): its backend must start only after
+    ``jax.distributed.initialize``, so importing companion leaves it unstarted."""
+    try:
+        return _distributed.Cluster.from_env() is not None
+    except ValueError:  # reported where the job initializes
+        return True
+
+
 _error = _xla_flags_error()
+_cluster = _in_a_cluster()
 with _stderr.capture() as _log:
     import jax
 
-    if _error is None and not os.environ.get("XLA_FLAGS"):
+    if _error is None and not os.environ.get("XLA_FLAGS") and not _cluster:
         jax.devices()  # start the backend now, while its log is captured
 JAX_START_LOG = _log.text
-if _error is None and os.environ.get("XLA_FLAGS"):
+if _error is None and os.environ.get("XLA_FLAGS") and not _cluster:
     # With user flags, start uncaptured: should XLA still refuse one (a value it rejects after our
     # checks), its fatal message must reach the terminal rather than a captured file.
     jax.devices()

@@ -166,6 +166,36 @@ def _simulate(args) -> int:
     return 0
 
 
+def _train(args) -> int:
+    """Train a small model on this machine's devices, or as one process of a jax.distributed job
+    (``distributed.Cluster.from_env``), with Orbax checkpoints to resume from."""
+    from . import distributed
+
+    cluster = distributed.Cluster.from_env()  # a bad address or rank fails here, before JAX waits for peers
+    config_args = {"model": args.model, "steps": args.steps, "batch": args.batch, "seq": args.seq,
+                   "policy": args.policy, "seed": args.seed, "checkpoint_dir": args.checkpoint_dir,
+                   "save_every": args.save_every}
+    from . import loop
+
+    config = loop.RunConfig(**config_args)
+    if cluster is not None:
+        cluster.initialize()
+    result = loop.run(config)
+    import jax
+
+    out = {"process_id": jax.process_index(), "num_processes": result.num_processes,
+           "num_devices": result.num_devices, "resumed_from": result.resumed_from, "saved": list(result.saved),
+           "losses": {str(k): v for k, v in result.losses.items()}}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        for step, loss in result.losses.items():
+            print(f"step {step}: loss {loss:.6f}")
+        print(f"{result.num_processes} process(es), {result.num_devices} devices; resumed from "
+              f"{result.resumed_from}; saved {list(result.saved)}")
+    return 0
+
+
 def _budget(args) -> int:
     from . import budget, models, policies
 
@@ -253,6 +283,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--link", default=None, help="price host transfers on this host link instead of the GPU's own "
                                                 "(a what-if): " + ", ".join(targets.HOST_LINKS))
     p.set_defaults(run=_simulate)
+    p = sub.add_parser("train", help="train a small model on this machine's devices (or as one process of a "
+                                     "jax.distributed job set up by its environment), with Orbax checkpoints")
+    p.add_argument("--model", default="tiny-llama", help="a model small enough for this machine (tiny-llama, tiny-deepseek)")
+    p.add_argument("--steps", type=int, default=10, help="train until this step (resuming after a checkpoint)")
+    p.add_argument("--batch", type=int, default=8, help="global batch B")
+    p.add_argument("--seq", type=int, default=64, help="sequence length S")
+    p.add_argument("--policy", default="full", help="remat policy")
+    p.add_argument("--seed", type=int, default=0, help="parameter initialization seed")
+    p.add_argument("--checkpoint-dir", default=None, help="save (and resume from) Orbax checkpoints here")
+    p.add_argument("--save-every", type=int, default=None, help="save every N steps (default: at the end)")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(run=_train)
     return parser
 
 

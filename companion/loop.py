@@ -1,0 +1,129 @@
+"""A training loop on real devices: sharded state, steps, and Orbax checkpoints to resume from.
+
+``run(RunConfig(...))`` trains a (small) model for ``steps`` steps on every device JAX sees — one
+process, or several after ``jax.distributed.initialize`` (``companion.distributed``) — with the
+parameters and optimizer state sharded over an ``fsdp`` mesh axis and the batch over the same
+axis, as MaxText shards them. Every ``save_every`` steps the whole train state is saved with
+Orbax (``orbax-checkpoint``: ``CheckpointManager``, asynchronous saves); a run that finds a
+checkpoint in ``checkpoint_dir`` restores the newest one into the same shardings and resumes
+after it. The data are the deterministic synthetic batches of ``train.synthetic_batch`` (one per
+step, seeded by the step), so a resumed run sees exactly the batches an uninterrupted one does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from . import models, train
+from .sharding import AxisRules
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    model: str = "tiny-llama"
+    steps: int = 10
+    batch: int = 8
+    seq: int = 64
+    policy: str = "full"
+    seed: int = 0
+    checkpoint_dir: str | None = None
+    save_every: int | None = None  # default: only at the end
+
+    def __post_init__(self):
+        for name in ("steps", "batch", "seq"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.save_every is not None and (not isinstance(self.save_every, int) or self.save_every < 1):
+            raise ValueError(f"save_every must be a positive integer, got {self.save_every!r}")
+        if self.save_every is not None and self.checkpoint_dir is None:
+            raise ValueError("save_every needs a checkpoint_dir to save into")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    losses: dict[int, float]  # step -> loss, for the steps this run computed
+    resumed_from: int | None  # the checkpoint step it restored, if any
+    saved: tuple[int, ...]  # the steps it saved
+    num_processes: int
+    num_devices: int
+
+
+def _global(array: np.ndarray, sharding: NamedSharding) -> jax.Array:
+    """A global array from a value every process holds whole (same seed: same value)."""
+    return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
+
+
+def _mesh() -> Mesh:
+    """Every device of every process on one ``fsdp`` axis (axis type Auto, as ``compiler.place`` makes them)."""
+    return Mesh(np.asarray(jax.devices(), dtype=object).reshape(-1), ("fsdp",))
+
+
+def initial_state(t: train.Trainer, cfg: models.ModelConfig, mesh: Mesh, seed: int, rules: AxisRules = AxisRules()):
+    """``(params, rest, opt_state)`` built on the host from ``seed`` and placed sharded over ``mesh``
+    (parameters by their logical axes; the optimizer state like its parameters)."""
+    model = models.build(cfg, seed, rules)
+    _, params, rest = nnx.split(model, nnx.Param, ...)
+    mesh_shape = dict(mesh.shape)
+    specs = train._spec_tree(params, mesh_shape, rules, "parameter")
+    rest_specs = train._spec_tree(rest, mesh_shape, rules, "variable")
+
+    def place(tree, spec_tree):
+        return jax.tree.map(lambda s, v: v.replace(_global(np.asarray(v.value), NamedSharding(mesh, s))),
+                            spec_tree, tree)
+
+    params, rest = place(params, specs), place(rest, rest_specs)
+    with jax.set_mesh(mesh):
+        opt_state = jax.jit(t.optimizer.init)(params)
+    return params, rest, opt_state
+
+
+def _batch(cfg, batch: int, seq: int, step: int, mesh: Mesh) -> dict:
+    tokens = train.synthetic_batch(cfg, batch, seq, seed=step)
+    sharding = NamedSharding(mesh, PartitionSpec("fsdp"))
+    return {k: _global(np.asarray(v), sharding) for k, v in tokens.items()}
+
+
+def run(config: RunConfig) -> RunResult:
+    """Train ``config.steps`` steps (resuming from the newest checkpoint in ``checkpoint_dir``)."""
+    import orbax.checkpoint as ocp
+
+    cfg = models.config(config.model)
+    t = train.trainer(cfg, config.policy)
+    mesh = _mesh()
+    if config.batch % jax.device_count():
+        raise ValueError(f"batch {config.batch} does not divide over {jax.device_count()} devices")
+    params, rest, opt_state = initial_state(t, cfg, mesh, config.seed)  # built on the host, outside the mesh
+    with jax.set_mesh(mesh):
+        state = (params, rest, opt_state)
+        manager, start, resumed = None, 0, None
+        if config.checkpoint_dir is not None:
+            manager = ocp.CheckpointManager(Path(config.checkpoint_dir).absolute(),
+                                            options=ocp.CheckpointManagerOptions(enable_async_checkpointing=True))
+            latest = manager.latest_step()
+            if latest is not None:
+                leaves, treedef = jax.tree.flatten(state)
+                target = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding) for x in leaves]
+                restored = manager.restore(latest, args=ocp.args.StandardRestore(target))
+                state = jax.tree.unflatten(treedef, list(restored))
+                start, resumed = latest, latest
+        step_fn = t.jit_step()
+        losses, saved = {}, []
+        params, rest, opt_state = state
+        for step in range(start, config.steps):
+            params, opt_state, metrics = step_fn(params, rest, opt_state, _batch(cfg, config.batch, config.seq, step, mesh))
+            losses[step + 1] = float(metrics["loss"])
+            done = step + 1
+            if manager is not None and (done == config.steps or (config.save_every and done % config.save_every == 0)):
+                manager.save(done, args=ocp.args.StandardSave(jax.tree.leaves((params, rest, opt_state))))
+                saved.append(done)
+        if manager is not None:
+            manager.wait_until_finished()
+            manager.close()
+    return RunResult(losses, resumed, tuple(saved), jax.process_count(), jax.device_count())
