@@ -9,7 +9,7 @@ LOCK   := requirements/lock.txt
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)  # jupyter refuses root otherwise (containers)
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout 600
 
-.PHONY: lab test test-package test-notebooks notebooks benchmarks lock clean
+.PHONY: lab test test-package test-notebooks notebooks benchmarks site lock clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,12 @@ test-notebooks: $(STAMP)
 notebooks: $(STAMP)
 	$(BIN)/python scripts/execute_notebooks.py notebooks/*.ipynb
 
+## The series as a static website in _site/ (the notebooks' stored outputs, not re-executed; the API from docstrings;
+## MyST-NB keeps the outputs it extracts in jupyter_execute/ beside it).
+site: $(STAMP)
+	$(BIN)/sphinx-build -q -b html -c docs . _site
+	@echo "open _site/index.html"
+
 ## Speed, memory and accuracy targets; each script writes benchmarks/results/<name>.json.
 benchmarks: $(STAMP)
 	for script in benchmarks/bench_*.py; do $(BIN)/python $$script || exit 1; done
@@ -48,4 +54,4 @@ lock:
 	rm -rf .venv-lock
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache _site jupyter_execute

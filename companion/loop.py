@@ -71,12 +71,12 @@ def initial_state(t: train.Trainer, cfg: models.ModelConfig, mesh: Mesh, seed: i
     model = models.build(cfg, seed, rules)
     _, params, rest = nnx.split(model, nnx.Param, ...)
     mesh_shape = dict(mesh.shape)
-    specs = train._spec_tree(params, mesh_shape, rules, "parameter")
-    rest_specs = train._spec_tree(rest, mesh_shape, rules, "variable")
+    specs = train.spec_tree(params, mesh_shape, rules, "parameter")
+    rest_specs = train.spec_tree(rest, mesh_shape, rules, "variable")
 
-    def place(tree, spec_tree):
+    def place(tree, tree_specs):
         return jax.tree.map(lambda s, v: v.replace(_global(np.asarray(v.value), NamedSharding(mesh, s))),
-                            spec_tree, tree)
+                            tree_specs, tree)
 
     params, rest = place(params, specs), place(rest, rest_specs)
     with jax.set_mesh(mesh):

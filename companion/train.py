@@ -203,7 +203,7 @@ def synthetic_batch(cfg: ModelConfig, batch: int, seq: int, seed: int = 0) -> di
 # ----------------------------------------------------------------------------- abstract, sharded
 
 
-def _spec_tree(state, mesh_shape, rules: AxisRules, what: str):
+def spec_tree(state, mesh_shape, rules: AxisRules, what: str):
     """PartitionSpecs for a State of Variables, from each Variable's logical axes."""
     def spec(path, variable):
         name = "/".join(str(getattr(p, "key", p)) for p in path)
@@ -243,8 +243,8 @@ def abstract_state(t: Trainer, placement: compiler.Placement, batch: int, seq: i
     model = models.abstract(t.cfg, rules)
     _, params, rest = nnx.split(model, nnx.Param, ...)
     mesh, mesh_shape = placement.mesh, dict(placement.mesh.shape)
-    param_specs = _spec_tree(params, mesh_shape, rules, "parameter")
-    rest_specs = _spec_tree(rest, mesh_shape, rules, "variable")
+    param_specs = spec_tree(params, mesh_shape, rules, "parameter")
+    rest_specs = spec_tree(rest, mesh_shape, rules, "variable")
 
     host = "pinned_host"
     params_kind = host if t.state.parameter_memory_host_offload else None
@@ -312,7 +312,7 @@ def compile_layer_stack(cfg: ModelConfig | str, policy, placement: compiler.Plac
     params = {}
     for s in stacks:
         state = nnx.state(getattr(model, s))
-        specs = _spec_tree(state, mesh_shape, rules, "parameter")
+        specs = spec_tree(state, mesh_shape, rules, "parameter")
         params[s] = jax.tree.map(lambda spec, v: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=placement.sharding(spec)),
                                  specs, state)
     x_spec = rules.spec(("activation_batch", "activation_length", "activation_embed"), mesh_shape,
