@@ -122,8 +122,6 @@ def first_group(instr: hlo.Instruction, num_devices: int) -> Group:
         ids = sorted({int(x) for p in pairs for x in p})
         return Group(tuple(ids) if ids else (0,))
     text = instr.attrs.get("replica_groups", "")
-    if instr.opcode == "async-start":  # the collective is inside the wrapped computation
-        text = text or ""
     m = _MESH.search(text)
     if m:
         axes = [(a.split("=")[0].strip().strip("'"), int(a.split("=")[1])) for a in m.group(1).split(",") if "=" in a]
