@@ -9,7 +9,7 @@ LOCK   := requirements/lock.txt
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)  # jupyter refuses root otherwise (containers)
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout 600
 
-.PHONY: lab test test-package test-notebooks notebooks benchmarks site lock clean
+.PHONY: lab test test-package test-notebooks test-browser notebooks benchmarks site lock clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,13 @@ test-package: $(STAMP)
 
 test-notebooks: $(STAMP)
 	$(BIN)/python -m pytest -q notebooks $(NBVAL)
+
+## The widgets of notebooks 01-03 in headless Chromium (Debian's chromium + chromium-driver; .ci/run installs them).
+test-browser: $(STAMP)
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  echo "make test-browser needs Chromium and its driver: apt-get install chromium chromium-driver"; exit 1; }
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(LOCK) -e ".[dev,browser]"
+	$(BIN)/python -m pytest -q browser_tests -p no:cacheprovider
 
 ## Re-execute every notebook in place (run after changing companion/ or a notebook).
 notebooks: $(STAMP)
