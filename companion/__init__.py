@@ -13,9 +13,11 @@ Importing ``companion`` prepares JAX, once, before it starts:
   except in a multi-process job (``companion.distributed``), whose backend may start only after
   ``jax.distributed.initialize``.
 
-Modules, from the ground up: ``targets`` and ``flags`` (data), ``hlo`` and ``dump`` (reading
-XLA's output), ``compiler`` (function + target -> report), ``sharding``, ``models`` and
-``policies``, ``train``, ``budget``; ``widgets``, ``plots`` and ``cli`` on top.
+Modules, from the ground up: ``targets``, ``flags`` and ``distributed`` (data and settings), ``hlo``
+and ``dump`` (reading XLA's output), ``compiler`` (function + target -> report), ``sharding``,
+``models`` and ``policies``, ``train`` and ``loop``, ``budget``, ``roofline``, ``collectives`` and
+``schedule`` (step time), ``experiments``, ``pgle`` and ``calibration``; ``widgets``, ``plots`` and
+``cli`` on top.
 """
 
 import os
