@@ -197,30 +197,13 @@ class CollectiveModel:
             raise ValueError(f"latency_seconds must be >= 0, got {self.latency_seconds!r}")
 
 
-def collective_kind(module: hlo.HloModule, instr: hlo.Instruction) -> str:
-    """``all-gather`` etc. for a collective instruction (sync, ``*-start`` or an ``async-start``
-    wrapping one); "" for anything else."""
-    base = instr.opcode.removesuffix("-start")
-    if instr.opcode == "async-start":
-        base = _wrapped(module, instr).opcode if _wrapped(module, instr) is not None else ""
-    return base if base in hlo.COLLECTIVE_OPCODES else ""
-
-
-def _wrapped(module: hlo.HloModule, instr: hlo.Instruction) -> hlo.Instruction | None:
-    for callee in instr.called:
-        comp = module.computations.get(callee)
-        if comp is not None:
-            return comp.root
-    return None
-
-
 def _device_bytes(shapes) -> int:
     return sum(a.bytes for s in shapes for a in hlo.flatten_shape(s) if not a.on_host)
 
 
 def buffer_bytes(module: hlo.HloModule, instr: hlo.Instruction, kind: str) -> int:
     """The full buffer a collective works on: the larger of its operands and its result."""
-    target = _wrapped(module, instr) if instr.opcode == "async-start" else instr
+    target = hlo.wrapped_root(module, instr) if instr.opcode == "async-start" else instr
     if target is None:
         return 0
     operands = module.operand_shapes(target)
@@ -235,10 +218,10 @@ def buffer_bytes(module: hlo.HloModule, instr: hlo.Instruction, kind: str) -> in
 def cost(module: hlo.HloModule, instr: hlo.Instruction, target: Target,
          model: CollectiveModel = CollectiveModel()) -> CollectiveCost | None:
     """Time of one execution of a collective instruction on ``target``; None if it is not one."""
-    kind = collective_kind(module, instr)
+    kind = hlo.collective_opcode(module, instr)
     if not kind:
         return None
-    inner = _wrapped(module, instr) if instr.opcode == "async-start" else instr
+    inner = hlo.wrapped_root(module, instr) if instr.opcode == "async-start" else instr
     group = first_group(inner, target.num_devices)
     fab = fabric(target.gpu.key)
     n = group.size

@@ -509,12 +509,25 @@ class OffloadSummary:
         }
 
 
-def _wrapped_root_opcode(module: HloModule, instr: Instruction) -> str:
+def wrapped_root(module: HloModule, instr: Instruction) -> Instruction | None:
+    """The root of the first computation ``instr`` calls (what an ``async-start`` or a fusion wraps)."""
     for callee in instr.called:
         comp = module.computations.get(callee)
         if comp is not None:
-            return comp.root.opcode
-    return ""
+            return comp.root
+    return None
+
+
+def _wrapped_root_opcode(module: HloModule, instr: Instruction) -> str:
+    root = wrapped_root(module, instr)
+    return root.opcode if root is not None else ""
+
+
+def collective_opcode(module: HloModule, instr: Instruction) -> str:
+    """``all-gather`` etc. for a collective (sync, ``*-start``, or an ``async-start`` wrapping one);
+    "" for anything else (``*-done`` included)."""
+    base = _wrapped_root_opcode(module, instr) if instr.opcode == "async-start" else instr.opcode.removesuffix("-start")
+    return base if base in COLLECTIVE_OPCODES else ""
 
 
 def _start_parts(instr: Instruction) -> tuple[list[ArrayShape], ArrayShape | None]:
@@ -611,16 +624,14 @@ def collective_summary(module: HloModule) -> CollectiveSummary:
     counts: Counter = Counter()
     moved: Counter = Counter()
     for instr in module.scheduled():
-        opcode = instr.opcode
-        base = opcode.removesuffix("-start")
-        shape = instr.shape
+        opcode, shape = instr.opcode, instr.shape
+        base = collective_opcode(module, instr)
+        if not base:
+            continue
         if opcode == "async-start":
-            base = _wrapped_root_opcode(module, instr)
             shape = instr.shape.elements[1] if isinstance(instr.shape, TupleShape) else instr.shape
         elif opcode.endswith("-start") and isinstance(shape, TupleShape) and base != "all-reduce":
             shape = shape.elements[-1] if base == "collective-permute" else shape.elements[1]
-        if base not in COLLECTIVE_OPCODES:
-            continue
         counts[base] += 1
         moved[base] += shape.bytes * module.executions(instr)
     return CollectiveSummary(dict(counts), dict(moved))
@@ -770,11 +781,9 @@ def op_costs(module: HloModule, host_transfers: set[str] | None = None) -> list[
     for instr in module.scheduled():
         if instr.opcode in _NOT_KERNELS or instr.opcode.endswith("-done"):
             continue
-        base = instr.opcode.removesuffix("-start")
         if instr.name in host_transfers:
             kind = "host-transfer"
-        elif base in COLLECTIVE_OPCODES or (instr.opcode == "async-start" and
-                                            _wrapped_root_opcode(module, instr) in COLLECTIVE_OPCODES):
+        elif collective_opcode(module, instr):
             kind = "collective"
         else:
             kind = "compute"

@@ -106,8 +106,7 @@ def loop_body_seconds(report, target: Target) -> dict[str, tuple[int, float]]:
     ``layer_seconds`` for one layer's time.
     """
     module = report.module
-    loops = {i.attrs["body"].lstrip("%"): (i.trip_count or 1, i.computation)
-             for i in module.scheduled() if i.opcode == "while"}
+    loops = {lp.body: (lp.trips or 1, lp.computation) for lp in hlo.loops(module)}
     own: dict[str, float] = {}
     for cost in hlo.op_costs(module):
         if cost.kind == "compute" and cost.computation in loops:
