@@ -68,9 +68,7 @@ def _compare(args) -> int:
     missing = [f"--{n}" for n in ("model", "batch", "seq") if getattr(args, n) is None]
     if missing:
         raise ValueError(f"flags --compare needs the step to compile: give {', '.join(missing)}")
-    sets = {spec: spec for spec in args.compare}
-    for spec in sets:  # every flag set and the link are checked before the first compile
-        xla_flags.resolve(spec)
+    sets = {spec: spec for spec in args.compare}  # experiments.run checks every set before the first compile
     if args.link:
         targets.host_link(args.link)
 
@@ -169,20 +167,16 @@ def _simulate(args) -> int:
 def _train(args) -> int:
     """Train a small model on this machine's devices, or as one process of a jax.distributed job
     (``distributed.Cluster.from_env``), with Orbax checkpoints to resume from."""
-    from . import distributed
+    import jax
+
+    from . import distributed, loop
 
     cluster = distributed.Cluster.from_env()  # a bad address or rank fails here, before JAX waits for peers
-    config_args = {"model": args.model, "steps": args.steps, "batch": args.batch, "seq": args.seq,
-                   "policy": args.policy, "seed": args.seed, "checkpoint_dir": args.checkpoint_dir,
-                   "save_every": args.save_every}
-    from . import loop
-
-    config = loop.RunConfig(**config_args)
+    config = loop.RunConfig(model=args.model, steps=args.steps, batch=args.batch, seq=args.seq, policy=args.policy,
+                            seed=args.seed, checkpoint_dir=args.checkpoint_dir, save_every=args.save_every)
     if cluster is not None:
         cluster.initialize()
     result = loop.run(config)
-    import jax
-
     out = {"process_id": jax.process_index(), "num_processes": result.num_processes,
            "num_devices": result.num_devices, "resumed_from": result.resumed_from, "saved": list(result.saved),
            "losses": {str(k): v for k, v in result.losses.items()}}

@@ -283,6 +283,11 @@ class ComputationSchedule:
         return [(starts[o.operands[0]], o) for o in self.ops
                 if o.opcode.endswith("-done") and o.operands and o.operands[0] in starts]
 
+    def async_windows(self) -> dict[str, float]:
+        """Per async start: the time the scheduler left between its start and its done (µs), the
+        latency it planned for (longer where it placed the done later than needed)."""
+        return {start.name: done.start - start.end for start, done in self.async_spans()}
+
 
 @dataclasses.dataclass(frozen=True)
 class LhsSchedule:

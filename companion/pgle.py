@@ -33,9 +33,10 @@ profile_guided_latency_estimator=2``):
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
-from . import hlo
+from . import hlo, targets
 from .schedule import Simulator
 from .targets import HostLink
 
@@ -64,8 +65,6 @@ class Profile:
 
 def costs(simulator: Simulator, link: HostLink | str | None = None) -> tuple[dict[str, float], dict[str, int]]:
     """``{instruction name: µs}`` from the simulator's program, and how many of each kind."""
-    from . import targets
-
     bandwidth = simulator.bandwidth(targets.host_link(link) if link is not None else simulator.target.link)
     module = simulator.module
     out: dict[str, float] = {}
@@ -99,8 +98,6 @@ def _wrapped_names(module: hlo.HloModule, computation: str, name: str) -> list[s
 def write(simulator: Simulator, path: str | Path, link: HostLink | str | None = None) -> Profile:
     """Write a ``ProfiledInstructionsProto`` text file for the compile behind ``simulator``, its
     transfers priced on ``link`` (default: the target's own host link)."""
-    from . import targets
-
     table, counts = costs(simulator, link)
     path = Path(path)
     if path.suffix != ".pbtxt":
@@ -114,8 +111,6 @@ def write(simulator: Simulator, path: str | Path, link: HostLink | str | None = 
 
 def read(path: str | Path) -> dict[str, float]:
     """``{name: cost_us}`` of a profile text file (what ``write`` wrote, or a measured one)."""
-    import re
-
     text = Path(path).read_text()
     return {m.group(1): float(m.group(2))
             for m in re.finditer(r'costs\s*\{\s*name:\s*"([^"]+)"\s*cost_us:\s*([0-9.eE+-]+)\s*\}', text)}
@@ -125,9 +120,5 @@ def scheduler_transfer_costs(lhs, transfer_names: set[str]) -> dict[str, float]:
     """What XLA's own timeline (``dump.LhsSchedule``) put between each host transfer's start and done,
     in its units (µs with a profile): with the profile read, a transfer's bytes / bandwidth instead
     of a constant."""
-    out = {}
-    for comp in lhs.computations.values():
-        for start, done in comp.async_spans():
-            if start.name in transfer_names:
-                out[start.name] = done.start - start.end
-    return out
+    return {name: window for comp in lhs.computations.values()
+            for name, window in comp.async_windows().items() if name in transfer_names}

@@ -301,9 +301,7 @@ class _Replay:
                 seconds = self.seconds(op)
                 self.t += seconds
                 if op.category in ("collective", "transfer"):  # synchronous: the compute stream waits it out
-                    self.exposed[op.category] += seconds
-                    if op.category == "transfer":
-                        self.exposed[op.lane] += seconds
+                    self._expose(op.category, op.lane, seconds)
                     self.busy[op.lane] += seconds
                     kind = _WAIT_KIND[op.category]
                 else:
@@ -349,11 +347,15 @@ class _Replay:
             return
         _, end, category, lane = started
         if end > self.t:
-            self.exposed[category] += end - self.t
-            if category == "transfer":
-                self.exposed[lane] += end - self.t
+            self._expose(category, lane, end - self.t)
             self.record(Event(op.name, "compute", self.t, end, _WAIT_KIND[category], computation, iteration), record)
             self.t = end
+
+    def _expose(self, category: str, lane: str, seconds: float):
+        """The compute stream waited ``seconds`` for work of ``category`` (transfers also by direction)."""
+        self.exposed[category] += seconds
+        if category == "transfer":
+            self.exposed[lane] += seconds
 
     def _snapshot(self) -> tuple[float, dict, dict]:
         return self.t, dict(self.busy), dict(self.exposed)
@@ -384,19 +386,25 @@ class _Replay:
                 self.iteration_seconds.setdefault(body, seconds)
             i += 1
 
+    def _save(self) -> tuple:
+        """Every clock and tally, copied."""
+        return (self.t, dict(self.lane_free), list(self.capped_ends), dict(self.pending), dict(self.busy),
+                dict(self.exposed))
+
+    def _load(self, state: tuple):
+        t, lane_free, capped_ends, pending, busy, exposed = state
+        self.t, self.lane_free, self.capped_ends = t, dict(lane_free), list(capped_ends)
+        self.pending, self.busy, self.exposed = dict(pending), dict(busy), dict(exposed)
+
     def _conditional(self, op: Op, record: bool, iteration: int):
-        state = (self.t, dict(self.lane_free), list(self.capped_ends), dict(self.pending), dict(self.busy),
-                 dict(self.exposed))
-        best = None
+        start, best = self._save(), None
         for branch in op.called:
-            self.t, self.lane_free, self.capped_ends, self.pending, self.busy, self.exposed = (
-                state[0], dict(state[1]), list(state[2]), dict(state[3]), dict(state[4]), dict(state[5]))
+            self._load(start)
             self.run(branch, False, iteration)
             if best is None or self.t > best[0]:
-                best = (self.t, dict(self.lane_free), list(self.capped_ends), dict(self.pending), dict(self.busy),
-                        dict(self.exposed))
+                best = self._save()
         if best is not None:
-            self.t, self.lane_free, self.capped_ends, self.pending, self.busy, self.exposed = best
+            self._load(best)
 
 
 @dataclasses.dataclass
@@ -531,14 +539,14 @@ def compare_with_xla(simulator: Simulator, result: StepSimulation, lhs) -> list[
     rows = []
     for name, comp in lhs.computations.items():
         ops = {op.name: op for op in simulator.program.get(name, ())}
-        spans = [(s, d) for s, d in comp.async_spans() if ops.get(s.name, Op("", "", "free")).category == "transfer"]
-        xla_t = sorted(d.start - s.end for s, d in spans)
-        ours_t = sorted(ops[s.name].bytes / bandwidth[ops[s.name].lane] for s, _ in spans) if bandwidth else []
+        windows = {n: w for n, w in comp.async_windows().items() if n in ops and ops[n].category == "transfer"}
+        xla_t = sorted(windows.values())
+        ours_t = sorted(ops[n].bytes / bandwidth[ops[n].lane] for n in windows) if bandwidth else []
         if name == simulator.module.entry:
             role, ours = "step", result.step_seconds
         else:
             role, ours = "loop body", result.loop_iteration_seconds.get(name)
-        rows.append(XlaComparison(name, role, comp.total_us, ours * 1e6 if ours is not None else None, len(spans),
+        rows.append(XlaComparison(name, role, comp.total_us, ours * 1e6 if ours is not None else None, len(windows),
                                   xla_t[len(xla_t) // 2] if xla_t else None,
                                   ours_t[len(ours_t) // 2] * 1e6 if ours_t else None))
     return rows
@@ -555,21 +563,18 @@ class TransferCover:
     transfer_seconds: float  # bytes / the link's per-GPU bandwidth
     kernels_between: int
     compute_between_seconds: float  # the simulation's time of those kernels (nested loops not counted)
-    xla_window_us: float | None  # what XLA's own timeline put between start and done
 
     @property
     def hidden(self) -> bool:
         return self.compute_between_seconds >= self.transfer_seconds
 
 
-def transfer_cover(simulator: Simulator, link: HostLink | str | None = None, lhs=None) -> list[TransferCover]:
+def transfer_cover(simulator: Simulator, link: HostLink | str | None = None) -> list[TransferCover]:
     """Every async host transfer of the schedule with the compute placed under it: the question the
-    scheduler answered with its own costs (``lhs``, a ``dump.LhsSchedule``, adds its window)."""
+    scheduler answered with its own costs."""
     bandwidth = simulator.bandwidth(targets.host_link(link) if link is not None else simulator.target.link)
     out = []
     for computation, ops in simulator.program.items():
-        xla = lhs.computations.get(computation) if lhs is not None else None
-        xla_spans = {s.name: d.start - s.end for s, d in xla.async_spans()} if xla is not None else {}
         index = {op.name: k for k, op in enumerate(ops)}
         for k, op in enumerate(ops):
             if op.action != "done" or op.start not in index:
@@ -580,7 +585,7 @@ def transfer_cover(simulator: Simulator, link: HostLink | str | None = None, lhs
             between = [o for o in ops[index[op.start] + 1:k] if o.action == "compute" and o.category == "compute"
                        and o.seconds > 0]
             out.append(TransferCover(start.name, computation, start.lane, start.bytes, start.bytes / bandwidth[start.lane],
-                                     len(between), sum(o.seconds for o in between), xla_spans.get(start.name)))
+                                     len(between), sum(o.seconds for o in between)))
     return out
 
 
