@@ -249,8 +249,9 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
         recompute_flops += count * sum(n.flops for n in recomputed)
         step_flops += count * 3 * g.forward_flops
     layer_param_grads = sum(shards[s.path] * 4 for s in trainable if s.path.split("/")[0].endswith("layers"))
-    if fsdp > 1:
-        terms.append(_gradient_transposes(cfg, specs, shards))
+    transposes = _gradient_transposes(cfg, specs, shards, fsdp, n_acc)
+    if transposes is not None:
+        terms.append(transposes)
     terms += [
         Term("gradients", "gradients of the layer weights (fp32)", layer_param_grads, "device", "persistent",
              "layer params x 4 B / sharding", "gradients"),
@@ -293,12 +294,14 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
         if limit is None or base - static_dev + sum(t.bytes for t in layer) <= limit:
             break
     # Under its memory limit the latency-hiding scheduler starts transfers early for overlap:
-    # offloaded moments come to the device from the start of the backward pass when they fit.
+    # offloaded moments come to the device from the start of the backward pass when they fit. The
+    # scheduler of the step's top level sees the layer loop as one instruction: what the loop body
+    # holds inside (the layer backward's working set) is not in its count, the loss phase is.
     loss = _loss_terms(cfg, b, S, D, V, A, shards)
     if state.optimizer_memory_host_offload and limit is not None:
         early = Term("moments_early", "offloaded moments brought to the device early (for the update)", moments,
                      "device", "transient", "params x 8 B / sharding", "optimizer")
-        if base - static_dev + max(sum(t.bytes for t in ts) for ts in (layer, loss)) + early.bytes <= limit:
+        if base - static_dev + sum(t.bytes for t in loss) + early.bytes <= limit:
             layer.append(early)
             loss.append(early)
     phases = {
@@ -363,19 +366,27 @@ def _update_terms(state, param_bytes, moments, specs, shards) -> list[Term]:
 # Under FSDP, XLA keeps some of the scanned layers' gradient accumulators in a second, transposed
 # layout through the backward loop (layout assignment around the loop's dynamic-update-slice): one
 # MLP and one attention weight in a dense layer; all three expert weights, the shared expert's gate
-# and the attention output projection in an MoE layer (compiles of jaxlib 0.10.2's XLA).
+# and the attention output projection in an MoE layer. Without FSDP, the capacity dispatch's
+# per-expert einsums, and gradient accumulation's microbatch loop, still leave the three expert
+# weights' accumulators transposed (one dropless step does not). Compiles of jaxlib 0.10.2's XLA (``benchmarks/bench_budget.py``).
 _TRANSPOSED_GRADIENTS = {
     False: ("mlp/wi_0", "attention/wq"),
     True: ("mlp/wi_0", "mlp/wi_1", "mlp/wo", "mlp/shared/wi_0", "attention/wo"),
 }
+_TRANSPOSED_EXPERT_GRADIENTS = ("mlp/wi_0", "mlp/wi_1", "mlp/wo")
 
 
-def _gradient_transposes(cfg, specs, shards) -> Term:
+def _gradient_transposes(cfg, specs, shards, fsdp: int, n_acc: int) -> Term | None:
     stack, routed = ("moe_layers", True) if cfg.num_moe_layers else (
         ("layers" if cfg.mla is None else "dense_layers"), False)
-    names = _TRANSPOSED_GRADIENTS[routed]
+    if fsdp > 1:
+        names, why = _TRANSPOSED_GRADIENTS[routed], "FSDP"
+    elif routed and (cfg.moe.dispatch == "capacity" or n_acc > 1):
+        names, why = _TRANSPOSED_EXPERT_GRADIENTS, "capacity dispatch" if n_acc == 1 else "gradient accumulation"
+    else:
+        return None
     size = sum(4 * shards.get(f"{stack}/{n}", 0) for n in names)
-    return Term("gradient_transposes", "transposed gradient accumulators (FSDP)", size, "device", "persistent",
+    return Term("gradient_transposes", f"transposed gradient accumulators ({why})", size, "device", "persistent",
                 "L x 4 B x (" + " + ".join(n.split("/")[-1] for n in names) + ") / sharding", "gradients")
 
 

@@ -73,6 +73,7 @@ def reports(named: Mapping[str, Any]) -> str:
             "device temp": gib(r.device.temp_bytes), "host temp": gib(r.host.temp_bytes),
             "d2h ops": r.offload.d2h_ops, "h2d ops": r.offload.h2d_ops,
             "GiB to host / step": gib(r.offload.d2h_bytes_per_step),
+            "recomputed TFLOP / step": f"{r.flops.recompute / 1e12:.2f}",
             "fits usable HBM": "yes" if r.fits else "no",
         })
     return markdown(rows)

@@ -1,9 +1,16 @@
 """A stack of MLP layers scanned over depth: the smallest model where offload shows.
 
-Each layer computes ``h = tanh(x @ w_in)`` (named ``"hidden"``, shape [B, F]) and
+Each layer computes ``z = x @ w_in`` (named ``"hidden"``, shape [B, F]), ``h = tanh(z)`` and
 ``x' = x + tanh(h @ w_out)``. Under ``jax.checkpoint`` with a policy, ``"hidden"`` is what a
 policy can save on device, offload to pinned host memory, or leave to be recomputed.
 The bytes a policy offloads are exactly ``hidden_bytes(...)``: one [B, F] array per layer.
+
+The name sits on the matmul's output, as MaxText's names do: that is the tensor the backward
+pass reads (tanh's derivative is computed from its output, which XLA recomputes from ``z`` with
+one elementwise op). A name on ``tanh(z)`` instead would save a tensor autodiff never reads, and
+both matmuls would be recomputed anyway. Saving ``"hidden"`` spares the first matmul's
+recompute; the second matmul's output is unnamed, so it is recomputed under every policy but
+one that saves every matmul output (``dots_with_no_batch_dims_saveable`` and its offloading twin).
 """
 
 from __future__ import annotations
@@ -49,8 +56,8 @@ def forward(params: dict, x: jax.Array, policy=None) -> jax.Array:
     """Run the stack; ``policy`` is a ``jax.checkpoint_policies`` policy (None: save nothing)."""
 
     def layer(x, w):
-        h = checkpoint_name(jnp.tanh(x @ w["w_in"]), HIDDEN)
-        return x + jnp.tanh(h @ w["w_out"]), None
+        z = checkpoint_name(x @ w["w_in"], HIDDEN)  # the matmul output: what the backward pass reads
+        return x + jnp.tanh(jnp.tanh(z) @ w["w_out"]), None
 
     x, _ = jax.lax.scan(jax.checkpoint(layer, policy=policy), x, params)
     return x
