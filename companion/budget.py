@@ -29,9 +29,12 @@ by ``benchmarks/bench_budget.py``:
 
 The latency-hiding scheduler keeps some buffers alive longer while it is under its memory limit
 (extra fp32 score copies, offloaded moments brought in early): where it is, the budget says so.
-Known gaps (the benchmark lists them): DeepSeek's capacity dispatch, gradient accumulation and
-optimizer offload on few GPUs; tiny models, whose fixed-size buffers (cuBLAS workspaces, MBs)
-dominate and are not modelled.
+Known gaps (``benchmarks/results/budget.json`` lists every configuration): steps far over usable
+HBM, where XLA's scheduler is past its memory limit and serializes or keeps buffers as no fitting
+schedule does (DeepSeek-V3 layer stacks on one B200 host or 8 GH200: up to +18 %); a few
+configurations that fit are off by 4–8 % (the 70B's custom policy under tensor parallelism, the 8B
+with parameters offloaded, pipelined offload: XLA keeps one more buffer than modelled); tiny models,
+whose fixed-size buffers (cuBLAS workspaces, MBs) dominate and are not modelled.
 
 Per-device sizes: ``b = B / (data x fsdp x expert)`` sequences; heads, MLP width and vocabulary
 divided by ``tensor``; parameters by the sharding rules.
@@ -441,7 +444,7 @@ def _attention_working(cfg, z: LayerSizes, A: int, triton_gemm: bool, score_byte
     qk, vd = (cfg.mla.qk_head_dim, cfg.mla.v_head_dim) if cfg.mla is not None else (z.dh, z.dh)
     if cfg.attention != "flash":
         chunked = cfg.attention == "chunked" and S > cfg.attention_chunk and S % cfg.attention_chunk == 0
-        rows, what = (cfg.attention_chunk, f"C={cfg.attention_chunk} query rows") if chunked else (S, "S")
+        rows, what = (cfg.attention_chunk, f"S_c={cfg.attention_chunk} query rows") if chunked else (S, "S")
         per = 12 if triton_gemm else score_bytes  # SCORE_COPY_BYTES
         return per * b * H * rows * S, f"{per} B x b x H/tensor x {what} x S (fp32 scores and gradients, bf16 probabilities)"
     if attention_kernel(cfg) == "cudnn":

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 SYMBOLS: tuple[tuple[str, str], ...] = (
-    ("B", "global batch (sequences per step); B_d = B / (data x fsdp) per device"),
+    ("B", "global batch (sequences per step)"),
+    ("B_d, b", "sequences per device: B / (data x fsdp x expert), the mesh axes the batch is split over "
+               "(the budget's formulas write b)"),
     ("S", "sequence length (tokens per sequence)"),
     ("D", "model width (embedding dimension)"),
     ("F", "MLP hidden width (Llama: mlp_dim)"),
     ("L", "number of decoder layers"),
-    ("H, H_kv", "query heads, key/value heads; d_h = head dimension"),
+    ("H, H_kv", "query heads, key/value heads; d_h = head dimension (MLA: d_qk for queries and keys, d_v for values)"),
     ("V", "vocabulary size"),
-    ("E, k", "routed experts, experts per token (MoE)"),
+    ("E, k", "routed experts, experts per token (MoE); E_local = E / expert, the experts on one device"),
+    ("F_e, F_shared", "hidden width of one routed expert, of the shared expert (MoE)"),
+    ("R", "rows of the dropless MoE's tile-padded buffer per device (routed tokens, padded per expert)"),
+    ("G, C", "capacity MoE: token groups per device, and tokens each expert takes per group"),
+    ("S_c", "query rows per chunk (the chunked attention)"),
+    ("A, W", "bytes per element of activations (compute dtype, bf16: 2) and of weights (fp32: 4)"),
     ("N", "number of GPUs (devices) in the mesh"),
     ("P", "parameters"),
     ("GiB", "2^30 bytes (GB = 10^9 bytes, used for bandwidths: GB/s)"),

@@ -175,3 +175,32 @@ def flag_bars(rows, *, title: str = ""):
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def memory_timeline(dumps: Mapping[str, "object"], *, title: str = "", ax=None):
+    """Temp bytes in use over the schedule, one line per compile (``{label: XlaDump}``, from
+    ``compiler.compile(..., dump=True)``): device solid, pinned host (``S(5)``) dashed in the same
+    colour. The x axis is the position in XLA's schedule (0 = first instruction, 1 = last), so
+    steps of different lengths line up; loops count once, as they appear in the schedule."""
+    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(12, 4))
+    series = {label: (d.temp_timeline(0), d.temp_timeline(5)) for label, d in dumps.items()}
+    top = max(max(dev + host, default=0) for dev, host in series.values())
+    unit, unit_label = (GiB, "GiB") if top >= GiB else (2**20, "MiB")
+    for i, (label, (dev, host)) in enumerate(series.items()):
+        color = f"C{i}"
+        steps = max(len(dev) - 1, 1)
+        ax.plot([k / steps for k in range(len(dev))], [v / unit for v in dev], color=color, lw=1.6,
+                label=f"{label}: device (peak {max(dev, default=0) / unit:.0f} {unit_label})")
+        if any(host):
+            ax.plot([k / steps for k in range(len(host))], [v / unit for v in host], color=color, lw=1.4, ls="--",
+                    label=f"{label}: pinned host (peak {max(host) / unit:.0f} {unit_label})")
+    ax.set_xlabel("position in XLA's schedule (each loop body once: a forward layer, then a backward layer)")
+    ax.set_ylabel(f"temp in use ({unit_label} per device)")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return fig

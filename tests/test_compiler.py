@@ -54,6 +54,21 @@ def test_offloading_saves_device_memory_against_saving_on_device(reports):
     assert on_device.device.peak_bytes - offloaded.device.peak_bytes >= 0.9 * STACK.hidden_bytes(rows)
 
 
+def test_a_name_spares_recompute_only_on_the_tensor_autodiff_reads(reports):
+    """Offloading the matmul output spares one of the layer's two forward matmuls; the same name
+    on tanh's output moves as many bytes and spares nothing (tanh's derivative reads its own output)."""
+    placement = compiler.place(targets.target(reports["offload"].target.split(":")[0], "1x4"), backend_kind="cuda")
+    params = {k: placement.abstract(s, STACK.dtype) for k, s in STACK.param_shapes().items()}
+    x = placement.abstract((ROWS_PER_DEVICE * 4, STACK.width), STACK.dtype, (tuple(placement.mesh.axis_names),))
+    on_tanh = compiler.compile(toy.grad_fn(OFFLOAD, name_on="tanh"), params, x, placement=placement)
+    matmul = 2 * ROWS_PER_DEVICE * STACK.width * STACK.hidden * STACK.layers  # one forward matmul, all layers
+    assert reports["nothing"].flops.recompute == 2 * matmul
+    assert reports["offload"].flops.recompute == matmul
+    assert on_tanh.flops.recompute == 2 * matmul and on_tanh.host.temp_bytes == reports["offload"].host.temp_bytes
+    with pytest.raises(ValueError, match="name_on='relu'.*matmul, tanh"):
+        toy.forward({}, None, name_on="relu")
+
+
 def test_report_serialises_and_summarises(reports):
     r = reports["offload"]
     d = r.to_dict()
@@ -119,3 +134,16 @@ def test_dump_gives_buffer_assignment_and_live_ranges():
         assert buffer.split("{")[0] in names  # an instruction of the compiled module
     # the offloaded activations are in the host arena, not in the device list
     assert r.dump.temp_timeline(memory_space=5)[peak_step] <= r.host.temp_bytes
+
+
+def test_memory_timeline_draws_device_and_host_in_use():
+    from companion import plots
+    placement = compiler.place(targets.target("h100", "1x4"), backend_kind="cuda")
+    offload = compile_stack(placement, OFFLOAD, dump=True)
+    full = compile_stack(placement, POLICIES["nothing"], dump=True)
+    assert max(offload.dump.temp_timeline(5)) == offload.host.temp_bytes == STACK.hidden_bytes(ROWS_PER_DEVICE)
+    assert max(full.dump.temp_timeline(5), default=0) == 0
+    fig = plots.memory_timeline({"offload": offload.dump, "full": full.dump})
+    labels = [line.get_label() for line in fig.axes[0].get_lines()]
+    assert labels[0].startswith("offload: device") and labels[1].startswith("offload: pinned host")
+    assert len(labels) == 3  # full remat has no host line

@@ -52,21 +52,31 @@ class MlpStack:
         }
 
 
-def forward(params: dict, x: jax.Array, policy=None) -> jax.Array:
-    """Run the stack; ``policy`` is a ``jax.checkpoint_policies`` policy (None: save nothing)."""
+NAME_ON = ("matmul", "tanh")
+
+
+def forward(params: dict, x: jax.Array, policy=None, name_on: str = "matmul") -> jax.Array:
+    """Run the stack; ``policy`` is a ``jax.checkpoint_policies`` policy (None: save nothing).
+    ``name_on="tanh"`` puts the name on the activation instead: the teaching counter-example."""
+    if name_on not in NAME_ON:
+        raise ValueError(f"name_on={name_on!r}: choose one of {', '.join(NAME_ON)}")
 
     def layer(x, w):
-        z = checkpoint_name(x @ w["w_in"], HIDDEN)  # the matmul output: what the backward pass reads
-        return x + jnp.tanh(jnp.tanh(z) @ w["w_out"]), None
+        z = x @ w["w_in"]
+        if name_on == "matmul":
+            h = jnp.tanh(checkpoint_name(z, HIDDEN))  # the matmul output: what the backward pass reads
+        else:
+            h = checkpoint_name(jnp.tanh(z), HIDDEN)  # a copy of tanh's output that autodiff never reads
+        return x + jnp.tanh(h @ w["w_out"]), None
 
     x, _ = jax.lax.scan(jax.checkpoint(layer, policy=policy), x, params)
     return x
 
 
-def loss(params: dict, x: jax.Array, policy=None) -> jax.Array:
-    return jnp.mean(jnp.square(forward(params, x, policy).astype(jnp.float32)))
+def loss(params: dict, x: jax.Array, policy=None, name_on: str = "matmul") -> jax.Array:
+    return jnp.mean(jnp.square(forward(params, x, policy, name_on).astype(jnp.float32)))
 
 
-def grad_fn(policy=None):
+def grad_fn(policy=None, name_on: str = "matmul"):
     """``(params, x) -> grads``: the backward pass is where saved activations are read."""
-    return jax.grad(lambda params, x: loss(params, x, policy))
+    return jax.grad(lambda params, x: loss(params, x, policy, name_on))
