@@ -93,6 +93,7 @@ GRID = [
     Case("llama3.1-405b", "minimal_offloaded", 64, 4096, "h100:8x8", "fsdp=64", flags=PIPELINED),
     *[Case("deepseek-v3-671b", p, 64, 4096, "gb200:16x4", "fsdp=8,expert=8")
       for p in ("full", "minimal", "minimal_offloaded")],
+    Case("deepseek-v3-671b", "full", 128, 4096, "gb200:32x4", "fsdp=16,expert=8", state=OPT_HOST),
     *[Case("deepseek-v3-671b", p, 8, 4096, "b200:1x8", "expert=8", DS6)
       for p in ("full", "save_qkv_proj", "qkv_proj_offloaded")],
     Case("deepseek-v3-671b", "full", 8, 4096, "b200:1x8", "expert=8", DS6, {"dispatch": "capacity"}),

@@ -143,3 +143,20 @@ def test_rules_of_thumb():
     params = models.config("llama3.1-405b").param_count() / 64
     assert ten.state_bytes == 10 * params and sixteen.state_bytes == 16 * params
     assert ten.activation_bytes == 126 * 2 * 4096 * 1 * 16384
+
+
+def test_scheduler_limit_counts_device_arguments_only():
+    """With the moments on the host, XLA's scheduler limit grows by what left the device: the
+    budget's prediction is the compiled report's (whose formula equals XLA's log, test_scheduler)."""
+    from companion import compiler, targets, train
+
+    target = targets.target("h100", "1x2")
+    limits = {}
+    for host in (False, True):
+        state = train.StateConfig(optimizer_memory_host_offload=host)
+        r = train.compile_step(train.trainer(TINY["model"], "full", state=state), compiler.place(target),
+                               TINY["batch"], TINY["seq"])
+        b = budget.estimate(TINY["model"], TINY["batch"], TINY["seq"], "full", {"fsdp": 2}, target=target, state=state)
+        assert abs(b.xla_memory_limit_bytes - r.scheduler_limit_bytes) <= 1024, host  # scalars: step counters
+        limits[host] = b.xla_memory_limit_bytes
+    assert limits[True] > limits[False]
