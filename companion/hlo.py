@@ -753,23 +753,28 @@ class OpCost:
         return self.bytes * self.executions
 
 
-def _inner_matmuls(module: HloModule, instr: Instruction, seen=None) -> tuple[float, str]:
-    """FLOPs of the matmuls an op runs (itself, or inside the computations it fuses)."""
-    flops, dtype = dot_flops(module, instr), ""
+def _inner_matmuls(module: HloModule, instr: Instruction) -> tuple[float, str, str]:
+    """FLOPs of the matmuls an op runs (itself, or inside the computations it fuses), their input
+    dtype, and the phase of the largest one ("" without matmuls)."""
+    flops, dtype, phase = dot_flops(module, instr), "", ""
     if flops:
         operands = module.operand_shapes(instr)
         dtype = flatten_shape(operands[0])[0].dtype if operands else ""
+        phase = phase_of(instr.op_name)
     if instr.opcode in ("while", "call", "conditional"):
-        return flops, dtype
+        return flops, dtype, phase
+    largest = flops
     for callee in instr.called:
         comp = module.computations.get(callee)
         if comp is None:
             continue
         for inner in comp.instructions:
-            f, d = _inner_matmuls(module, inner)
+            f, d, ph = _inner_matmuls(module, inner)
             flops += f
             dtype = dtype or d
-    return flops, dtype
+            if f > largest:
+                largest, phase = f, ph
+    return flops, dtype, phase
 
 
 def op_costs(module: HloModule, host_transfers: set[str] | None = None) -> list[OpCost]:
@@ -787,10 +792,12 @@ def op_costs(module: HloModule, host_transfers: set[str] | None = None) -> list[
             kind = "collective"
         else:
             kind = "compute"
-        flops, dtype = _inner_matmuls(module, instr)
+        flops, dtype, matmul_phase = _inner_matmuls(module, instr)
         moved = _hbm_bytes(module, instr)
+        # a fusion's metadata is its root's; an op with matmuls belongs to its largest matmul's phase
+        # (a recomputed projection fused into a backward op is recompute), any other op to its own
         costs.append(OpCost(instr.name, kind, flops, moved, dtype, module.executions(instr), instr.computation,
-                            phase_of(instr.op_name)))
+                            matmul_phase or phase_of(instr.op_name)))
     return costs
 
 

@@ -94,9 +94,9 @@ class Policy:
         ignored = sorted(set(self.device + self.offload + self.remat) - set(emitted))
         lines = [f"policy {self.name}: {self.description}".rstrip(": ")]
         for tensor, where in self.touched(emitted).items():
-            note = " (the scan carry: kept on device even when not named)" if (
-                tensor == "decoder_layer_input" and where == "remat") else ""
-            lines.append(f"  {tensor:22} {where}{note}")
+            if tensor == "decoder_layer_input" and where == "remat":  # what the program does, and why
+                where = "device (the scan carry: always a residual, named or not)"
+            lines.append(f"  {tensor:22} {where}")
         if ignored:
             lines.append(f"  not emitted by this model (no effect): {', '.join(ignored)}")
         return "\n".join(lines)

@@ -284,9 +284,10 @@ def time_call(fn: Callable, *args, repeats: int = 5, warmup: int = 1) -> float:
     return statistics.median(seconds)
 
 
-def layer_stack_loss(cfg: ModelConfig, policy, rules: AxisRules = AxisRules()):
+def layer_stack_loss(cfg: ModelConfig, policy, rules: AxisRules = AxisRules(), prevent_cse: bool = False):
     """``(loss(layer_params, x), abstract model)`` for the scanned decoder stack alone: no embedding,
-    no head. The loss is the mean square of the stack's output, enough to run its backward pass."""
+    no head. The loss is the mean square of the stack's output, enough to run its backward pass.
+    ``prevent_cse``: see ``models.layers.scan_layers`` (off, as in MaxText)."""
     model = models.abstract(cfg, rules)
     stacks = [s for s in ("layers", "dense_layers", "moe_layers") if getattr(model, s, None) is not None]
     graphdefs = {s: nnx.split(getattr(model, s))[0] for s in stacks}
@@ -296,7 +297,7 @@ def layer_stack_loss(cfg: ModelConfig, policy, rules: AxisRules = AxisRules()):
         positions = jnp.broadcast_to(jnp.arange(x.shape[1]), x.shape[:2])
         for s in stacks:
             layers = nnx.merge(graphdefs[s], stack_params[s])
-            x = layers_lib.scan_layers(layers, x, positions, jax_policy)
+            x = layers_lib.scan_layers(layers, x, positions, jax_policy, prevent_cse=prevent_cse)
         return jnp.mean(jnp.square(x.astype(jnp.float32)))
 
     return loss, model, stacks
@@ -304,10 +305,11 @@ def layer_stack_loss(cfg: ModelConfig, policy, rules: AxisRules = AxisRules()):
 
 def compile_layer_stack(cfg: ModelConfig | str, policy, placement: compiler.Placement, batch: int, seq: int, *,
                         flags=None, workarounds: bool = True, dump: bool = False,
-                        rules: AxisRules = AxisRules()) -> compiler.CompileReport:
-    """Compile forward + backward of the decoder layers alone (gradients of weights and input)."""
+                        rules: AxisRules = AxisRules(), prevent_cse: bool = False) -> compiler.CompileReport:
+    """Compile forward + backward of the decoder layers alone (gradients of weights and input);
+    ``prevent_cse=True`` puts ``jax.checkpoint``'s optimization barriers in (MaxText leaves them out)."""
     cfg = models.config(cfg)
-    loss, model, stacks = layer_stack_loss(cfg, policy, rules)
+    loss, model, stacks = layer_stack_loss(cfg, policy, rules, prevent_cse)
     mesh_shape = dict(placement.mesh.shape)
     params = {}
     for s in stacks:

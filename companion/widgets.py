@@ -8,6 +8,8 @@ budget as a stacked bar against the target's HBM, fits / does not fit with the m
 
 from __future__ import annotations
 
+import html
+
 import dataclasses
 
 from . import budget as budget_lib
@@ -138,8 +140,9 @@ def _on_click_compile(button, status, run) -> None:
         button.description = "compiling..."
         try:
             run()
-        except ValueError as err:
-            status.value += f"<br>XLA check failed: {err}"
+        except Exception as err:  # noqa: BLE001 (a compile can fail many ways: every one is shown, none is lost)
+            first = str(err).splitlines()[0] if str(err) else ""
+            status.value += f"<br>XLA check failed: {type(err).__name__}: {html.escape(first)}"
         finally:
             button.disabled, button.description = False, label
 
@@ -221,11 +224,14 @@ def policy_view(spec: dict, model: str = "llama3.1-8b", batch: int = 8, seq: int
     view = PolicyView(result, target, target.link, "")
     fit = "fits" if result.fits else "does NOT fit"
     what_if = f" (what-if: a {target.gpu.key} has {target.gpu.host_link.name})" if target.link_is_what_if else ""
+    if result.host_bytes:
+        transfers = (f"transfers {view.transfer_seconds * 1e3:.1f} ms over {target.link.name}{what_if}; naive step >= "
+                     f"{view.naive_step_seconds * 1e3:.1f} ms (matmuls at peak + transfers, nothing overlapped)")
+    else:
+        transfers = f"nothing offloaded; step >= {view.compute_seconds * 1e3:.1f} ms (matmuls at peak)"
     message = (f"device {result.device_bytes / GiB:.1f} GiB ({fit} in {_usable(target)}), host "
                f"{result.host_bytes / GiB:.1f} GiB; recompute {result.recompute_flops / 1e12:.1f} TFLOP "
-               f"({view.recompute_seconds * 1e3:.1f} ms at peak); transfers {view.transfer_seconds * 1e3:.1f} ms over "
-               f"{target.link.name}{what_if}; naive step >= {view.naive_step_seconds * 1e3:.1f} ms "
-               "(matmuls at peak + transfers)")
+               f"({view.recompute_seconds * 1e3:.1f} ms at peak); {transfers}")
     return dataclasses.replace(view, message=message)
 
 
@@ -240,11 +246,16 @@ def policy_explorer(offload: bool = True, model: str = "llama3.1-8b", batch: int
     from . import compiler, plots, train
 
     choices = ("remat", "device", "offload") if offload else ("remat", "device")
-    toggles = {n: w.ToggleButtons(options=("device", "offload") if n == "decoder_layer_input" and offload
-                                  else ("device",) if n == "decoder_layer_input" else choices,
-                                  value="device", description=n, style={"description_width": "140px",
-                                                                       "button_width": "70px"})
+    toggle_style = {"description_width": "140px", "button_width": "70px"}
+    toggles = {n: w.ToggleButtons(options=choices, value="device", description=n, style=toggle_style)
                for n in LAYER_NAMES}
+    # the scan carry is always a residual (kept, or offloaded); mlpwo never is (notebook 02): no remat choice
+    # for the one, no choice at all for the other, each saying why
+    carry = toggles["decoder_layer_input"]
+    carry.options = ("device", "offload") if offload else ("device",)
+    carry.tooltips = ["the scan carry: always a residual"] * len(carry.options)
+    toggles["mlpwo"].value, toggles["mlpwo"].disabled = "remat", True
+    toggles["mlpwo"].tooltips = ["never a residual: its output only feeds the residual add"] * len(choices)
     style = {"description_width": "60px"}
     setup = {
         "model": w.Dropdown(options=("llama3.1-8b", "llama3.1-70b", "llama3.1-405b"), value=model, description="model", style=style),
@@ -252,8 +263,10 @@ def policy_explorer(offload: bool = True, model: str = "llama3.1-8b", batch: int
         "seq": w.Dropdown(options=SEQUENCES, value=seq, description="seq", style=style),
         "gpu": w.Dropdown(options=tuple(targets.GPUS), value=gpu, description="GPU", style=style),
         "gpus": w.BoundedIntText(value=gpus, min=0, max=4096, description="GPUs", style=style),
+        "mesh": w.Text(value="", description="mesh", continuous_update=False, style=style,
+                       placeholder="fsdp=-1 or fsdp=8,tensor=8"),
         "link": w.Dropdown(options=link_choices(gpu), value=targets.gpu(gpu).host_link.key,
-                           description="link", style=style),
+                           description="link", style=style, disabled=not offload),
     }
 
     def gpu_changed(change):  # a new GPU brings its own link; the others stay what-ifs
@@ -279,17 +292,22 @@ def policy_explorer(offload: bool = True, model: str = "llama3.1-8b", batch: int
 
     out = w.interactive_output(render, {**toggles, **setup})
 
-    def check():
+    def check():  # the full train step, as the budget above: like with like
         values = {**{n: t.value for n, t in toggles.items()}, **{k: c.value for k, c in setup.items()}}
         view = policy_view(spec_of(values), **{k: values[k] for k in setup})
         if not view.ok:
+            status.value = f"<b>{view.message}</b>"
             return
-        cfg = models.config(values["model"], num_layers=4)
         placement = compiler.place(view.target, sharding.active_axes(view.budget.mesh))
-        report = train.compile_layer_stack(cfg, spec_of(values), placement, values["batch"], values["seq"])
-        status.value += (f"<br>XLA, 4-layer stack: device {report.device.peak_bytes / GiB:.2f} GiB, host "
-                         f"{report.host.temp_bytes / GiB:.2f} GiB, {report.flops.recompute / 1e12:.2f} TFLOP "
-                         f"recomputed, {report.offload.d2h_ops + report.offload.h2d_ops} host transfers")
+        emitted = models.checkpoint_names(values["model"])
+        spec = {n: v for n, v in spec_of(values).items() if n in emitted}
+        report = train.compile_step(train.trainer(values["model"], spec), placement, values["batch"], values["seq"])
+        error = (view.budget.device_bytes - report.device.peak_bytes) / report.device.peak_bytes
+        status.value += (f"<br>XLA, full step: device {report.device.peak_bytes / GiB:.2f} GiB (budget {error:+.1%}), "
+                         f"host {(report.host.temp_bytes + report.host.argument_bytes) / GiB:.2f} GiB, "
+                         f"{report.flops.recompute / 1e12:.2f} TFLOP recomputed, "
+                         f"{report.offload.d2h_ops + report.offload.h2d_ops} host transfers; compiled in "
+                         f"{report.compile_seconds:.1f} s")
 
     _on_click_compile(button, status, check)
     left = w.VBox(list(toggles.values()))

@@ -18,6 +18,7 @@ def test_readme_compile_example_reports_the_offload():
     report = namespace["report"]
     assert report.backend == "cuda" and report.num_devices == 8
     assert report.host.temp_bytes == 8 * 1024 * 8192 * 2 == 2**27
+    assert round(report.flops.recompute / 1e12, 2) == 0.27  # one of the layer's two matmuls, as the comment says
 
 
 def test_readme_own_module_example_offloads_its_named_activation():

@@ -398,11 +398,13 @@ def on_device(tree, params_on_host: bool):
 
 
 def scan_layers(layers: nnx.Module, x: jax.Array, positions: jax.Array, policy=None,
-                params_on_host: bool = False) -> jax.Array:
+                params_on_host: bool = False, prevent_cse: bool = False) -> jax.Array:
     """Run stacked layers with ``lax.scan``; with a policy, each layer is a ``jax.checkpoint``.
 
     ``policy=None`` means no remat at all (autodiff keeps every residual it needs).
     ``params_on_host``: each layer's weights come from pinned host memory when the layer runs.
+    ``prevent_cse``: ``jax.checkpoint``'s optimization barriers; off, as in MaxText, because inside
+    a scan the recompute and the forward pass are in different loops (notebook 02 compiles both).
     """
     graphdef, state = nnx.split(layers)
 
@@ -410,7 +412,7 @@ def scan_layers(layers: nnx.Module, x: jax.Array, positions: jax.Array, policy=N
         return nnx.merge(graphdef, on_device(layer_state, params_on_host))(carry, positions), None
 
     if policy is not None:
-        body = jax.checkpoint(body, policy=policy, prevent_cse=False)
+        body = jax.checkpoint(body, policy=policy, prevent_cse=prevent_cse)
     x, _ = jax.lax.scan(body, x, state)
     return x
 
