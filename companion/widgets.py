@@ -57,6 +57,35 @@ def budget_view(model: str, batch: int, seq: int, policy: str, gpu: str, gpus: i
     return BudgetView(result, target, f"{target.name}, {result.device_bytes / GiB:.1f} GiB per device: {verdict}{host}")
 
 
+def budget_figure(view, label: str, title: str, compiled_bytes: float | None = None):
+    """The explorer's bar (the budget by category, usable HBM, XLA's peak once checked)."""
+    from . import plots
+
+    return plots.budget_bars({label: view.budget}, hbm_bytes=view.target.usable_hbm_bytes,
+                             hbm_label=f"usable HBM ({view.target.mem_fraction:.2f} x {view.target.hbm_bytes / GiB:.1f} GiB)",
+                             compiled={label: compiled_bytes} if compiled_bytes else None, title=title)
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """What a widget shows for its default inputs, drawn without a kernel: the static fallback
+    under each widget cell (GitHub and nbviewer show no live widget)."""
+
+    message: str
+    figure: object | None  # matplotlib Figure
+
+    def _repr_markdown_(self) -> str:
+        return f"**Without a live kernel, the widget's default view:** {self.message}"
+
+
+def budget_snapshot(model: str = "llama3.1-8b", batch: int = 8, seq: int = 4096, policy: str = "full",
+                    gpu: str = "h100", gpus: int = 8, mesh: str = "fsdp=-1") -> Snapshot:
+    """``budget_explorer``'s default view, as a message and a figure."""
+    view = budget_view(model, batch, seq, policy, gpu, gpus, mesh)
+    fig = budget_figure(view, policy, f"{model}  B={batch}  S={seq}  on {view.target.name}") if view.ok else None
+    return Snapshot(view.message, fig)
+
+
 def budget_explorer(model: str = "llama3.1-8b", batch: int = 8, seq: int = 4096, policy: str = "full",
                     gpu: str = "h100", gpus: int = 8, mesh: str = "fsdp=-1"):
     """The interactive explorer of notebook 01 (needs ipywidgets and a notebook frontend)."""
@@ -64,7 +93,7 @@ def budget_explorer(model: str = "llama3.1-8b", batch: int = 8, seq: int = 4096,
     import matplotlib.pyplot as plt
     from IPython.display import display
 
-    from . import compiler, plots, train
+    from . import compiler, train
 
     style = {"description_width": "70px"}
     controls = {
@@ -82,6 +111,8 @@ def budget_explorer(model: str = "llama3.1-8b", batch: int = 8, seq: int = 4096,
                                       continuous_update=False, description="mem frac", style=style,
                                       tooltip="XLA_PYTHON_CLIENT_MEM_FRACTION: the share of HBM JAX's allocator takes"),
     }
+    for control in controls.values():  # narrower than the grid's 230 px columns: no label runs under its neighbour
+        control.layout.width = "220px"
     compiled: dict[tuple, float] = {}
     status = w.HTML()
     button = w.Button(description="check with XLA", icon="check", tooltip="compile this step for the target")
@@ -94,12 +125,8 @@ def budget_explorer(model: str = "llama3.1-8b", batch: int = 8, seq: int = 4096,
         status.value = f"<b>{view.message}</b>"
         if not view.ok:
             return
-        label = f"{values['policy']}"
-        xla = compiled.get(key(values))
-        fig = plots.budget_bars({label: view.budget}, hbm_bytes=view.target.usable_hbm_bytes,
-                                hbm_label=f"usable HBM ({view.target.mem_fraction:.2f} x {view.target.hbm_bytes / GiB:.0f} GiB)",
-                                compiled={label: xla} if xla else None,
-                                title=f"{values['model']}  B={values['batch']}  S={values['seq']}  on {view.target.name}")
+        fig = budget_figure(view, values["policy"], f"{values['model']}  B={values['batch']}  S={values['seq']}  "
+                            f"on {view.target.name}", compiled.get(key(values)))
         display(fig)
         plt.close(fig)
 
@@ -235,6 +262,20 @@ def policy_view(spec: dict, model: str = "llama3.1-8b", batch: int = 8, seq: int
     return dataclasses.replace(view, message=message)
 
 
+def policy_snapshot(model: str = "llama3.1-8b", batch: int = 8, seq: int = 4096, gpu: str = "h100",
+                    gpus: int = 8) -> Snapshot:
+    """``policy_explorer``'s default view (every tensor kept on the device), as a message and a figure."""
+    view = policy_view(default_policy_spec(), model, batch, seq, gpu, gpus)
+    fig = budget_figure(view, "custom", f"{model} B={batch} S={seq} on {view.target.name}") if view.ok else None
+    return Snapshot(view.message, fig)
+
+
+def default_policy_spec() -> dict[str, str]:
+    """The policy explorer's starting point: every named tensor on the device, but ``mlpwo``, which
+    is never a residual (its toggle is disabled at ``remat``)."""
+    return {n: "remat" if n == "mlpwo" else "device" for n in LAYER_NAMES}
+
+
 def policy_explorer(offload: bool = True, model: str = "llama3.1-8b", batch: int = 8, seq: int = 4096,
                     gpu: str = "h100", gpus: int = 8):
     """Per-tensor toggles (remat / device / offload) for one layer's named tensors -> budget and time;
@@ -243,7 +284,7 @@ def policy_explorer(offload: bool = True, model: str = "llama3.1-8b", batch: int
     import matplotlib.pyplot as plt
     from IPython.display import display
 
-    from . import compiler, plots, train
+    from . import compiler, train
 
     choices = ("remat", "device", "offload") if offload else ("remat", "device")
     toggle_style = {"description_width": "140px", "button_width": "70px"}
@@ -284,9 +325,7 @@ def policy_explorer(offload: bool = True, model: str = "llama3.1-8b", batch: int
         view = policy_view(spec_of(values), **{k: values[k] for k in setup})
         status.value = f"<b>{view.message}</b>"
         if view.ok:
-            fig = plots.budget_bars({"custom": view.budget}, hbm_bytes=view.target.usable_hbm_bytes,
-                                    hbm_label=f"usable HBM ({view.target.mem_fraction:.2f} x {view.target.hbm_bytes / GiB:.0f} GiB)",
-                                    title=f"{values['model']} B={values['batch']} S={values['seq']} on {view.target.name}")
+            fig = budget_figure(view, "custom", f"{values['model']} B={values['batch']} S={values['seq']} on {view.target.name}")
             display(fig)
             plt.close(fig)
 

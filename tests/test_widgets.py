@@ -106,3 +106,41 @@ def test_step_time_view_says_what_is_missing_and_never_raises():
     bad = widgets.step_time_view(sims, "minimal_offloaded", True, 8, "pcie9")
     assert not bad.ok and "pcie9" in bad.message and "pcie5_x16" in bad.message
     assert not widgets.step_time_view(sims, "no_such_policy", True, 8, "pcie5_x16").ok
+
+
+def test_policy_explorer_says_what_each_toggle_can_do_and_checks_the_step_it_budgets():
+    explorer = widgets.policy_explorer(offload=False, model="llama3.1-8b")
+    (toggles, side), status = explorer.children[0].children, explorer.children[1]
+    by_name = {t.description: t for t in toggles.children}
+    assert by_name["mlpwo"].disabled and by_name["mlpwo"].value == "remat"  # never a residual
+    assert by_name["decoder_layer_input"].options == ("device",)  # the scan carry: always kept
+    setup = {c.description: c for c in side.children if hasattr(c, "description")}
+    assert setup["link"].disabled  # nothing to price without offload
+    assert "nothing offloaded" in status.value and "PCIe" not in status.value  # no transfers to report
+    setup["mesh"].value = "fsdp=3"  # a mesh that does not fit 8 GPUs: the message says why
+    assert "Cannot budget this" in status.value
+    setup["mesh"].value = "fsdp=4,tensor=2"
+    assert "fits" in status.value
+
+
+def test_compile_errors_of_any_kind_reach_the_status_line():
+    import ipywidgets as w
+
+    status, button = w.HTML(), w.Button(description="check with XLA")
+
+    def fails():
+        raise RuntimeError("INTERNAL: something in XLA\nsecond line")
+
+    widgets._on_click_compile(button, status, fails)
+    button.click()
+    assert "XLA check failed: RuntimeError: INTERNAL: something in XLA" in status.value
+    assert "second line" not in status.value and not button.disabled
+
+
+def test_snapshots_are_the_widgets_default_views():
+    budget = widgets.budget_snapshot()
+    assert budget.message == widgets.budget_view("llama3.1-8b", 8, 4096, "full", "h100", 8, "fsdp=-1").message
+    policy = widgets.policy_snapshot()
+    assert policy.message == widgets.policy_view(widgets.default_policy_spec()).message
+    for snap in (budget, policy):
+        assert snap.figure is not None and snap.message in snap._repr_markdown_()
