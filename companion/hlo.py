@@ -297,6 +297,21 @@ class HloModule:
                 yield from comp.instructions
 
 
+def async_window(module: HloModule, start: str) -> list[Instruction]:
+    """The instructions XLA scheduled between the async op ``start`` (a ``*-start``) and its
+    ``*-done``, in schedule order: what runs while it is in flight."""
+    for comp in module.computations.values():
+        names = [i.name for i in comp.instructions]
+        if start in names:
+            first = names.index(start)
+            for k in range(first + 1, len(comp.instructions)):
+                instr = comp.instructions[k]
+                if instr.opcode.endswith("-done") and start in instr.operands:
+                    return comp.instructions[first + 1:k]
+            raise ValueError(f"{start!r} has no matching -done in {comp.name}")
+    raise ValueError(f"no instruction {start!r} in the module")
+
+
 def _call_multiplicity(instr: Instruction, callee: str) -> int:
     if instr.opcode == "while":
         trips = instr.trip_count if instr.trip_count is not None else 1

@@ -185,15 +185,15 @@ def memory_timeline(dumps: Mapping[str, "object"], *, title: str = "", ax=None):
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(12, 4))
     series = {label: (d.temp_timeline(0), d.temp_timeline(5)) for label, d in dumps.items()}
     top = max(max(dev + host, default=0) for dev, host in series.values())
-    unit, unit_label = (GiB, "GiB") if top >= GiB else (2**20, "MiB")
+    unit, unit_label, digits = (GiB, "GiB", 1) if top >= GiB else (2**20, "MiB", 0)
     for i, (label, (dev, host)) in enumerate(series.items()):
         color = f"C{i}"
         steps = max(len(dev) - 1, 1)
         ax.plot([k / steps for k in range(len(dev))], [v / unit for v in dev], color=color, lw=1.6,
-                label=f"{label}: device (peak {max(dev, default=0) / unit:.0f} {unit_label})")
+                label=f"{label}: device (peak {max(dev, default=0) / unit:.{digits}f} {unit_label})")
         if any(host):
             ax.plot([k / steps for k in range(len(host))], [v / unit for v in host], color=color, lw=1.4, ls="--",
-                    label=f"{label}: pinned host (peak {max(host) / unit:.0f} {unit_label})")
+                    label=f"{label}: pinned host (peak {max(host) / unit:.{digits}f} {unit_label})")
     ax.set_xlabel("position in XLA's schedule (each loop body once: a forward layer, then a backward layer)")
     ax.set_ylabel(f"temp in use ({unit_label} per device)")
     ax.set_xlim(0, 1)

@@ -168,3 +168,47 @@ def test_conditionals_make_the_flop_count_an_upper_bound():
     flops = hlo.flop_summary(module)
     assert flops.total == 2 * 8 * 8 * 8 and not flops.exact
     assert hlo.flop_summary(hlo.parse_module(MODULE)).exact
+
+
+FUSED = """HloModule fused, is_scheduled=true
+
+%fused_recompute (p0: bf16[64,128], p1: bf16[128,256], p2: bf16[64,256]) -> bf16[64,256] {
+  %p0 = bf16[64,128]{1,0} parameter(0)
+  %p1 = bf16[128,256]{1,0} parameter(1)
+  %p2 = bf16[64,256]{1,0} parameter(2)
+  %dot.1 = bf16[64,256]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="jit(f)/transpose(jvp())/checkpoint/rematted_computation/dot_general"}
+  ROOT %mul.1 = bf16[64,256]{1,0} multiply(%dot.1, %p2), metadata={op_name="jit(f)/transpose(jvp())/checkpoint/mul"}
+}
+
+ENTRY %main (a: bf16[64,128], b: bf16[128,256], c: bf16[64,256]) -> bf16[64,256] {
+  %a = bf16[64,128]{1,0} parameter(0)
+  %b = bf16[128,256]{1,0} parameter(1)
+  %c = bf16[64,256]{1,0} parameter(2)
+  %negate.1 = bf16[64,256]{1,0} negate(%c), metadata={op_name="jit(f)/transpose(jvp())/neg"}
+  ROOT %fusion.1 = bf16[64,256]{1,0} fusion(%a, %b, %negate.1), kind=kOutput, calls=%fused_recompute, metadata={op_name="jit(f)/transpose(jvp())/checkpoint/mul"}
+}
+"""
+
+
+def test_a_fusion_with_a_recomputed_matmul_counts_as_recompute():
+    """A fusion's metadata is its root's (here a backward multiply); its time belongs to the phase of
+    the matmul it runs (recompute), as the FLOP summary already counts it."""
+    module = hlo.parse_module(FUSED)
+    costs = {c.name: c for c in hlo.op_costs(module)}
+    assert costs["fusion.1"].phase == "recompute" and costs["fusion.1"].flops == 2 * 64 * 128 * 256
+    assert costs["negate.1"].phase == "backward"  # no matmul: its own phase
+    assert hlo.flop_summary(module).by_phase == {"recompute": 2 * 64 * 128 * 256}
+
+
+def test_async_window_lists_what_runs_between_a_start_and_its_done():
+    module = hlo.parse_module(MODULE)
+    assert hlo.async_window(module, "start") == []  # back to back: nothing overlaps this write
+    assert hlo.async_window(module, "ds-start") == []
+    text = MODULE.replace("  %ds-done = bf16[1,128,256]{2,1,0} fusion-done(%ds-start)\n", "").replace(
+        "  %ag-done = bf16[256,256]{1,0} all-gather-done(%ag-start)\n",
+        "  %ag-done = bf16[256,256]{1,0} all-gather-done(%ag-start)\n"
+        "  %ds-done = bf16[1,128,256]{2,1,0} fusion-done(%ds-start)\n")
+    moved = hlo.parse_module(text)
+    assert [i.name for i in hlo.async_window(moved, "ds-start")] == ["w", "ag-start", "ag-done"]  # the read overlaps
+    with pytest.raises(ValueError, match="no instruction 'nope'"):
+        hlo.async_window(module, "nope")
