@@ -48,15 +48,23 @@ def budget_bars(budgets: Mapping[str, Budget], *, hbm_bytes: int | None = None, 
 
 
 def lines(x: Sequence[float], series: Mapping[str, Sequence[float]], *, xlabel: str, ylabel: str,
-          hline: float | None = None, hline_label: str = "", title: str = "", logx: bool = False):
-    """A few labelled lines over one x axis."""
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+          hline: float | None = None, hline_label: str = "", title: str = "", logx: bool = False,
+          vlines: Mapping[str, float] | None = None):
+    """A few labelled lines over one x axis; ``vlines``: labelled x positions (a link's bandwidth, a
+    break-even), drawn as vertical markers in the legend. A log x axis keeps plain numbers on its ticks."""
+    from matplotlib.ticker import ScalarFormatter
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.2) if vlines else (6.5, 3.8))
     for label, ys in series.items():
         ax.plot(x, ys, marker="o", label=label)
     if hline is not None:
         ax.axhline(hline, color="red", ls="--", lw=1.2, label=hline_label)
+    for i, (label, at) in enumerate((vlines or {}).items()):
+        ax.axvline(at, color=f"C{len(series) + i}", ls=(0, (4, 2)) if i % 2 == 0 else ":", lw=1.4, label=label)
     if logx:
         ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.set_xticks(list(x))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
