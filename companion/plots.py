@@ -212,3 +212,12 @@ def memory_timeline(dumps: Mapping[str, "object"], *, title: str = "", ax=None):
         ax.set_title(title)
     fig.tight_layout()
     return fig
+
+
+def timelines(panels: Mapping[str, Sequence], *, unit: float = 1e-3, unit_label: str = "ms"):
+    """Gantt charts stacked on one time axis, one per ``{title: events}`` (``timeline`` each)."""
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 1.9 * len(panels) + 0.6), sharex=True)
+    for ax, (title, events) in zip(axes if len(panels) > 1 else [axes], panels.items()):
+        timeline(events, title=title, ax=ax, unit=unit, unit_label=unit_label)
+    fig.tight_layout()
+    return fig

@@ -250,3 +250,9 @@ def saved_residuals(fn: Callable, *args) -> list[tuple[str, str]]:
     from jax._src.ad_checkpoint import saved_residuals as _saved  # the data print_saved_residuals prints
 
     return [(f"{aval.str_short()}", why) for aval, why in _saved(fn, *args)]
+
+
+def saved_names(fn: Callable, *args) -> list[str]:
+    """The ``checkpoint_name``s ``fn``'s backward pass keeps, in the order JAX lists its residuals
+    (``saved_residuals`` entries whose reason is "named '<name>'")."""
+    return [why.split("'")[1] for _, why in saved_residuals(fn, *args) if why.startswith("named")]

@@ -608,3 +608,52 @@ def summarize_cover(covers: list[TransferCover]) -> dict[str, dict[str, float]]:
             "covered": sum(c.hidden for c in these),
         }
     return out
+
+
+# ----------------------------------------------------------------------------- the picture before the replay
+
+def offload_schematic(layers: int, forward_s: float, backward_s: float, d2h_s: float, h2d_s: float, *,
+                      overlapped: bool) -> list[Event]:
+    """A layer-by-layer sketch of a step that offloads each layer's activations, for a Gantt chart:
+    not a replay of a compiled schedule (``simulate`` is), but the two ends of what one can be.
+
+    ``overlapped=False`` (naive): each layer's write follows its forward compute and each read
+    precedes its backward compute, the compute stream waiting for both. ``overlapped=True``: a
+    write starts as soon as its layer's forward is done and a read one layer ahead of the layer
+    that needs it, each on its own copy engine (one per direction, one transfer at a time), and
+    the compute stream waits only for data that is not there yet. Times in seconds per layer.
+    """
+    events: list[Event] = []
+    t = 0.0
+    d2h_free = 0.0
+    written = [0.0] * layers
+    for i in range(layers):  # forward
+        events.append(Event(f"forward {i}", "compute", t, t + forward_s, "compute", "forward"))
+        t += forward_s
+        start = max(t, d2h_free)
+        events.append(Event(f"write {i}", "d2h", start, start + d2h_s, "d2h", "forward"))
+        d2h_free = written[i] = start + d2h_s
+        if not overlapped:
+            events.append(Event(f"wait write {i}", "compute", t, d2h_free, "wait-transfer", "forward"))
+            t = d2h_free
+    h2d_free = 0.0
+    order = list(reversed(range(layers)))
+    arrived: dict[int, float] = {}
+
+    def read(k: int, not_before: float) -> None:
+        nonlocal h2d_free
+        start = max(not_before, h2d_free, written[k])
+        events.append(Event(f"read {k}", "h2d", start, start + h2d_s, "h2d", "backward"))
+        h2d_free = arrived[k] = start + h2d_s
+
+    for n, i in enumerate(order):  # backward, last layer first
+        if i not in arrived:
+            read(i, t)
+        if overlapped and n + 1 < layers:
+            read(order[n + 1], t)  # prefetch the next layer's activations while this one computes
+        if arrived[i] > t:
+            events.append(Event(f"wait read {i}", "compute", t, arrived[i], "wait-transfer", "backward"))
+            t = arrived[i]
+        events.append(Event(f"backward {i}", "compute", t, t + backward_s, "compute", "backward"))
+        t += backward_s
+    return events

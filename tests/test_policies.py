@@ -42,6 +42,9 @@ def test_jax_policies_are_the_matching_checkpoint_policies():
     assert not any("query_proj" in w for w in residual_names(policies.PRESETS["full"]))
     assert any("query_proj" in w for w in residual_names(policies.PRESETS["save_qkv_proj"]))
     assert any("mlpwi_0" in w for w in residual_names(policies.PRESETS["minimal"]))
+    by_name = {p: policies.saved_names(jax.checkpoint(f, policy=policies.PRESETS[p].jax_policy()), jnp.ones(3))
+               for p in ("full", "save_qkv_proj", "minimal")}
+    assert by_name == {"full": [], "save_qkv_proj": ["query_proj"], "minimal": ["query_proj", "mlpwi_0"]}
 
 
 def test_unknown_preset_lists_the_choices():

@@ -337,3 +337,21 @@ def test_loops_report_the_carried_state(offload_8b):
     # pipelining carries one more layer of every offloaded tensor through each loop
     assert all(abs(p.carried_device_bytes - n.carried_device_bytes - per_layer) < 1024 for n, p in zip(naive, pipelined))
     assert pipelined[1].trips == naive[1].trips - 1  # the backward loop's peeled iteration
+
+
+def test_offload_schematic_naive_adds_every_transfer_and_overlap_hides_what_compute_covers():
+    f, b, d, h, layers = 2e-3, 5e-3, 6e-3, 6e-3, 4
+    end = lambda events: max(e.end for e in events)  # noqa: E731
+    naive = schedule.offload_schematic(layers, f, b, d, h, overlapped=False)
+    assert end(naive) == pytest.approx(layers * (f + b + d + h))
+    over = schedule.offload_schematic(layers, f, b, d, h, overlapped=True)
+    assert end(over) < end(naive)
+    # transfers shorter than the compute beside them: only the last layer's round trip shows
+    quick = schedule.offload_schematic(layers, f, b, 1e-4, 1e-4, overlapped=True)
+    waits = [e for e in quick if e.kind == "wait-transfer"]
+    assert end(quick) == pytest.approx(layers * (f + b) + sum(e.end - e.start for e in waits))
+    assert sum(e.end - e.start for e in waits) == pytest.approx(2e-4)
+    # one copy engine per direction: no two transfers of a direction overlap
+    for lane in ("d2h", "h2d"):
+        spans = sorted((e.start, e.end) for e in over if e.lane == lane)
+        assert all(a_end <= b_start + 1e-12 for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
