@@ -23,12 +23,15 @@ def budget_bars(budgets: Mapping[str, Budget], *, hbm_bytes: int | None = None, 
     for i, label in enumerate(labels):
         bottom = 0.0
         cats = budgets[label].by_category("device")
+        total = sum(cats.values()) / GiB
         for cat in CATEGORY_ORDER:
             value = cats.get(cat, 0) / GiB
             if value:
                 ax.bar(i, value, bottom=bottom, color=COLORS[cat], width=0.6,
                        label=cat if i == next(j for j, lb in enumerate(labels)
                                               if budgets[lb].by_category("device").get(cat)) else None)
+                if len(labels) <= 3 and value >= 0.08 * total:  # the segments large enough to read a number in
+                    ax.text(i, bottom + value / 2, f"{value:.1f}", ha="center", va="center", fontsize=8, color="white")
                 bottom += value
         if host and budgets[label].host_bytes:
             ax.bar(i + 0.35, budgets[label].host_bytes / GiB, color=COLORS["host"], width=0.15,
@@ -76,11 +79,22 @@ def lines(x: Sequence[float], series: Mapping[str, Sequence[float]], *, xlabel: 
 
 def pareto(points: Mapping[str, tuple[float, float]], predicted: Mapping[str, tuple[float, float]] | None = None, *,
            xlabel: str, ylabel: str, title: str = "", hline: float | None = None, hline_label: str = ""):
-    """Labelled points (x, y), optionally with predictions drawn as hollow markers beside them."""
+    """Labelled points (x, y), optionally with predictions drawn as hollow markers beside them.
+    Points at the same place share one label ("a = b"); labels that would overlap are moved apart."""
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    merged: dict[tuple[float, float], list[str]] = {}
     for label, (x, y) in points.items():
+        merged.setdefault((round(x, 4), round(y, 3)), []).append(label)
+    texts = []
+    xs = [x for x, _ in merged]
+    right = min(xs) + 0.6 * (max(xs) - min(xs))  # labels of the right-hand points go to their left
+    for (x, y), labels in merged.items():
         ax.scatter([x], [y], s=36, zorder=3)
-        ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7.5)
+        left = len(merged) > 1 and x > right
+        texts.append(ax.annotate(" = ".join(labels), (x, y), textcoords="offset points", xytext=(-6 if left else 6, 4),
+                                 ha="right" if left else "left", fontsize=7.5,
+                                 arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "gray", "shrinkA": 0, "shrinkB": 3}))
+    _separate_labels(fig, texts)
     if predicted:
         xs, ys = zip(*predicted.values())
         ax.scatter(xs, ys, s=60, facecolors="none", edgecolors="gray", zorder=2, label="budget prediction")
@@ -94,6 +108,26 @@ def pareto(points: Mapping[str, tuple[float, float]], predicted: Mapping[str, tu
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def _separate_labels(fig, texts, step: float = 9.0, tries: int = 12) -> None:
+    """Move annotations (offset in points) up or down until none overlaps one placed before it."""
+    from matplotlib.text import Text
+
+    renderer = fig.canvas.get_renderer()
+    def extent(text):  # the label alone, not its leader line, where its current offset puts it
+        text.update_positions(renderer)
+        return Text.get_window_extent(text, renderer).expanded(1.02, 1.25)
+
+    placed = []
+    for text in sorted(texts, key=lambda t: t.xy[1]):
+        dx, dy = text.xyann
+        for k in range(tries + 1):
+            shift = (k + 1) // 2 * step * (1 if k % 2 else -1)
+            text.xyann = (dx, dy + shift)
+            if not any(extent(text).overlaps(other) for other in placed):  # a little air between labels
+                break
+        placed.append(extent(text))
 
 
 LANE_LABELS = {"compute": "compute stream", "d2h": "D2H copies", "h2d": "H2D copies", "nvlink": "NVLink collectives",
@@ -219,5 +253,28 @@ def timelines(panels: Mapping[str, Sequence], *, unit: float = 1e-3, unit_label:
     fig, axes = plt.subplots(len(panels), 1, figsize=(10, 1.9 * len(panels) + 0.6), sharex=True)
     for ax, (title, events) in zip(axes if len(panels) > 1 else [axes], panels.items()):
         timeline(events, title=title, ax=ax, unit=unit, unit_label=unit_label)
+    fig.tight_layout()
+    return fig
+
+
+def residual_bars(kept: Mapping[str, Sequence[str]], sizes: Mapping[str, int], *, title: str = ""):
+    """What each policy keeps per layer: one horizontal bar per policy, one segment per named tensor
+    (``sizes``: bytes per layer and device), the same colour for a name in every bar."""
+    names = list(dict.fromkeys(n for ns in kept.values() for n in ns))
+    colors = {n: f"C{i % 10}" for i, n in enumerate(names)}
+    fig, ax = plt.subplots(figsize=(9, 0.42 * len(kept) + 1.6))
+    for row, (policy, ns) in enumerate(reversed(list(kept.items()))):
+        left = 0.0
+        for n in ns:
+            width = sizes[n] / 2**20
+            ax.barh(row, width, left=left, color=colors[n], edgecolor="white", linewidth=0.5)
+            left += width
+        ax.text(left + 4, row, f"{left:.0f}", va="center", fontsize=8)
+    ax.set_yticks(range(len(kept)), list(reversed(list(kept))), fontsize=8)
+    ax.set_xlabel("MiB kept per layer and device (the backward pass's residuals)")
+    ax.set_title(title)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[n]) for n in names]
+    ax.legend(handles, names, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
     return fig

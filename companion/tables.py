@@ -34,7 +34,7 @@ def gpus(mem_fraction: float = targets.DEFAULT_MEM_FRACTION) -> str:
     rows = []
     for g in targets.GPUS.values():
         rows.append({
-            "key": g.key, "GPU": g.name, "HBM (GiB)": f"{g.hbm_bytes / GiB:.1f}",
+            "key": g.key, "GPU": g.name, "HBM marketed": g.hbm_marketing, "HBM (GiB, as CUDA reports it)": f"{g.hbm_bytes / GiB:.1f}",
             f"usable at {mem_fraction:.2f} (GiB)": f"{targets.allocator_limit_bytes(g.hbm_bytes, mem_fraction) / GiB:.1f}",
             "HBM TB/s": f"{g.hbm_bandwidth / 1e12:.2f}", "bf16 dense TFLOP/s": f"{g.bf16_dense_flops / 1e12:,.0f}",
             "SMs": g.sm_count, "cc": g.cc, "host link": g.host_link.name,

@@ -1,0 +1,43 @@
+"""The notebooks' figures: what a reader needs to read them is on them."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from companion import plots  # noqa: E402
+
+
+def test_pareto_merges_points_at_one_place_and_keeps_labels_apart():
+    points = {"save_dot_except_mlp": (1.188, 6.032), "save_dot_except_mlpwi": (1.188, 6.032),
+              "save_qkv_proj": (1.212, 5.969), "save_out_proj": (1.224, 5.97), "full": (1.247, 5.735),
+              "qkv_proj_offloaded": (1.2121, 5.968)}
+    fig = plots.pareto(points, xlabel="x", ylabel="y")
+    ax = fig.axes[0]
+    texts = [t for t in ax.texts]
+    assert "save_dot_except_mlp = save_dot_except_mlpwi" in [t.get_text() for t in texts]
+    assert len(texts) == 5
+    from matplotlib.text import Text
+
+    renderer = fig.canvas.get_renderer()
+    for t in texts:
+        t.update_positions(renderer)
+    boxes = [Text.get_window_extent(t, renderer) for t in texts]  # the labels, without their leader lines
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+
+def test_lines_marks_links_and_break_evens_in_the_legend_with_plain_ticks():
+    fig = plots.lines([16, 32, 64, 128], {"offload": [4, 2, 1, 0.5]}, xlabel="GB/s", ylabel="ms", logx=True,
+                      vlines={"H100 PCIe": 55, "break-even": 121})
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["offload", "H100 PCIe", "break-even"]
+    fig.canvas.draw()
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "32", "64", "128"]
+
+
+def test_residual_bars_stack_each_policys_tensors_at_their_sizes():
+    sizes = {"decoder_layer_input": 32 * 2**20, "query_proj": 32 * 2**20, "mlpwi_0": 112 * 2**20}
+    fig = plots.residual_bars({"full": ["decoder_layer_input"], "minimal": ["decoder_layer_input", "query_proj", "mlpwi_0"]},
+                              sizes)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.texts] == ["176", "32"]  # minimal (drawn first, top row last), full
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["decoder_layer_input", "query_proj", "mlpwi_0"]
