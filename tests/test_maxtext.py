@@ -1,0 +1,98 @@
+import pytest
+
+from companion import budget, maxtext, policies, sharding, targets, train
+
+# MaxText's own key names, checked against src/maxtext/configs/base.yml of AI-Hypercomputer/maxtext at
+# e591f30 (Aug 2026): every key the lab exports must be one of them (a renamed key fails here first).
+BASE_YML_KEYS = frozenset({
+    "model_name", "hardware", "remat_policy", "per_device_batch_size", "max_target_length", "attention",
+    "sparse_matmul", "megablox", "capacity_factor", "ragged_buffer_factor", "gradient_accumulation_steps",
+    "optimizer_memory_host_offload", "parameter_memory_host_offload", "scan_layers", "dtype", "weight_dtype",
+    "decoder_layer_input", "indexer_cutoff_threshold", "context", "mlpwi", "mlpwi_0", "mlpwi_1", "mlpwo",
+    "moe_mlpwi_0", "moe_mlpwi_1", "moe_mlpwo", "query_proj", "key_proj", "value_proj", "kv_proj", "qkv_proj",
+    "out_proj", "query_wa_proj", "kv_wa_proj", "mla_q", "mla_kv", "attention_out", "engram",
+    *(f"{group}_{axis}_parallelism" for group in ("ici", "dcn") for axis in (
+        "diloco", "data", "fsdp", "fsdp_transpose", "sequence", "context", "context_usp_ulysses",
+        "context_autoregressive", "tensor", "tensor_sequence", "autoregressive", "pipeline", "expert")),
+})
+
+
+def test_every_exported_and_read_key_is_maxtexts():
+    assert set(maxtext.EXPORTED_KEYS) <= BASE_YML_KEYS
+    assert maxtext.READ_KEYS <= BASE_YML_KEYS
+
+
+@pytest.mark.parametrize("model, policy, target, mesh, batch, state", [
+    ("llama3.1-405b", "minimal_offloaded", "h100:32x8", "fsdp=256", 256, train.StateConfig()),
+    ("llama3.1-70b", {"decoder_layer_input": "offload", "query_proj": "device", "mlpwi_0": "offload"}, "h100:8x8",
+     "fsdp=8,tensor=8", 64, train.StateConfig(gradient_accumulation_steps=2)),
+    ("deepseek-v3-671b", "full", "gb200:16x4", "fsdp=8,expert=8", 64, train.StateConfig(optimizer_memory_host_offload=True)),
+])
+def test_overrides_read_back_reproduce_the_budget(model, policy, target, mesh, batch, state):
+    t = targets.target(target)
+    mesh_shape = sharding.parse_mesh(mesh, t.num_devices)
+    values = maxtext.overrides(model, policy, batch, 4096, mesh_shape, t.num_devices, t.topology.gpus_per_host, state)
+    run = maxtext.read(values)
+    assert run.not_modelled == ()
+    assert run.global_batch(t.num_devices) == batch and run.seq == 4096 and run.state == state
+    assert run.mesh(t.num_devices, t.topology.gpus_per_host) == mesh_shape
+    before = budget.estimate(model, batch, 4096, policy, mesh_shape, target=t, state=state)
+    after = budget.estimate(run.config(), run.global_batch(t.num_devices), run.seq, run.policy,
+                            run.mesh(t.num_devices, t.topology.gpus_per_host), target=t, state=run.state)
+    assert (after.device_bytes, after.host_bytes) == (before.device_bytes, before.host_bytes)
+    assert isinstance(run.policy, str) == isinstance(policy, str)
+
+
+def test_the_mesh_splits_inside_hosts_first():
+    ici, dcn = maxtext.split_mesh({"fsdp": 16, "tensor": 8}, 8)
+    assert ici == {"tensor": 8, "expert": 1, "fsdp": 1, "data": 1} and dcn["fsdp"] == 16
+    ici, dcn = maxtext.split_mesh({"fsdp": 8, "expert": 8}, 4)
+    assert ici["expert"] == 4 and dcn["expert"] == 2 and dcn["fsdp"] == 8
+
+
+def test_a_users_config_lists_what_the_lab_does_not_model_and_fills_the_minus_one_axis(tmp_path):
+    path = tmp_path / "run.yml"
+    path.write_text("model_name: llama3.1-8b\nremat_policy: save_qkv_proj\nper_device_batch_size: 2\n"
+                    "max_target_length: 8192\nici_fsdp_parallelism: -1\ndcn_data_parallelism: 2\n"
+                    "attention: cudnn_flash_te\nhardware: gpu\nlearning_rate: 3.e-5\nsteps: 100\n")
+    run = maxtext.read(path)
+    assert run.not_modelled == ("learning_rate", "steps")
+    assert run.mesh(16, 8) == {"data": 2, "fsdp": 8, "tensor": 1, "expert": 1}
+    assert (run.policy, run.seq, run.global_batch(16), run.attention) == ("save_qkv_proj", 8192, 32, "flash")
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"model_name": "gpt3-175b"}, "model_name 'gpt3-175b': the lab has llama3.1-8b"),
+    ({"model_name": "llama3.1-8b", "remat_policy": "minimall"}, "remat_policy 'minimall': MaxText's are custom"),
+    ({"model_name": "llama3.1-8b", "remat_policy": "custom", "query_proj": "host"}, "choose one of remat, device, offload"),
+    ({"model_name": "llama3.1-8b", "ici_sequence_parallelism": 2}, "ici_sequence_parallelism: 2 is not modelled"),
+    ({"model_name": "llama3.1-8b", "attention": "paged"}, "attention 'paged': the lab models"),
+    ({"model_name": "llama3.1-8b", "scan_layers": False}, "scan_layers: False is not modelled"),
+    ({"model_name": "llama3.1-8b", "hardware": "tpu"}, "hardware: 'tpu': the lab models NVIDIA GPUs"),
+])
+def test_values_the_lab_cannot_honour_are_one_line_errors(values, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")) as err:
+        maxtext.read(values)
+    assert "\n" not in str(err.value)
+
+
+def test_mesh_and_batch_errors_name_the_numbers():
+    run = maxtext.read({"model_name": "llama3.1-8b", "per_device_batch_size": 0.5, "ici_fsdp_parallelism": 3})
+    with pytest.raises(ValueError, match="spans 3 devices, not the 8 GPUs of a host"):
+        run.mesh(8, 8)
+    with pytest.raises(ValueError, match="0.5 x 3 GPUs = 1.5 is not a whole number"):
+        run.global_batch(3)
+
+
+def test_yaml_and_command_line_carry_maxtexts_keys_and_the_environment():
+    t = targets.target("h100:2x8")
+    values = maxtext.overrides("llama3.1-8b", "qkv_proj_offloaded", 32, 8192, {"fsdp": 16}, 16, 8)
+    text = maxtext.to_yaml(values)
+    assert "remat_policy: qkv_proj_offloaded\n" in text and "ici_fsdp_parallelism: 8\n" in text
+    line = maxtext.command_line(values, {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.9", "XLA_FLAGS": "--a=1 --b=2"})
+    assert line.startswith("XLA_PYTHON_CLIENT_MEM_FRACTION=0.9 XLA_FLAGS='--a=1 --b=2' python3 -m maxtext.train ")
+    assert " per_device_batch_size=2 " in line and " optimizer_memory_host_offload=false" in line
+    with pytest.raises(ValueError, match="tiny-llama is not a MaxText model"):
+        maxtext.overrides("tiny-llama", "full", 8, 512, {"fsdp": 2}, 2, 2)
+    assert t.num_devices == 16
+    assert policies.PRESETS["qkv_proj_offloaded"].offloads
