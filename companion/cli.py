@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from pathlib import Path
 import sys
 
 from . import flags as xla_flags
@@ -65,7 +66,7 @@ def _compare(args) -> int:
     """``flags --compare A B ...``: the same train step compiled and simulated under each flag set."""
     from . import experiments
 
-    missing = [f"--{n}" for n in ("model", "batch", "seq") if getattr(args, n) is None]
+    missing = [] if args.maxtext_config else [f"--{n}" for n in ("model", "batch", "seq") if getattr(args, n) is None]
     if missing:
         raise ValueError(f"flags --compare needs the step to compile: give {', '.join(missing)}")
     sets = {spec: spec for spec in args.compare}  # experiments.run checks every set before the first compile
@@ -88,10 +89,37 @@ def _compare(args) -> int:
     return 0
 
 
+# what a MaxText config decides, and the flags that would say it a second time
+_MAXTEXT_DECIDES = {"model": None, "batch": None, "seq": None, "policy": "full", "mesh": None, "attention": None,
+                    "moe": None, "capacity_factor": None, "ragged_buffer_factor": None, "grad_accum": 1,
+                    "offload_optimizer": False, "offload_params": False}
+
+
+def _maxtext_run(args):
+    """The MaxText config of ``--maxtext-config`` (None without it); refuses flags that it also sets."""
+    if not getattr(args, "maxtext_config", None):
+        if args.model is None or args.batch is None or args.seq is None:
+            raise ValueError("--model, --batch and --seq are required (or --maxtext-config FILE)")
+        return None
+    from . import maxtext
+
+    if getattr(args, "maxtext_run", None) is not None:  # read once (flags --compare compiles several times)
+        return args.maxtext_run
+    both = [f"--{k.replace('_', '-')}" for k, default in _MAXTEXT_DECIDES.items() if getattr(args, k) != default]
+    if both:
+        raise ValueError(f"{', '.join(both)} and --maxtext-config both set the run: give one of them")
+    run = args.maxtext_run = maxtext.read(args.maxtext_config)
+    args.model, args.seq, args.policy = run.model, run.seq, run.policy
+    args.batch = 1  # until the target's GPUs give MaxText's global batch (_step_inputs)
+    return run
+
+
 def _step_inputs(args):
-    """Validated (model config, target, full mesh, flag set) of a ``compile``/``budget`` command line."""
+    """Validated (model config, target, full mesh, flag set, state) of a ``compile``/``budget``
+    command line, or of its ``--maxtext-config``."""
     from . import models, sharding
 
+    run = _maxtext_run(args)
     for name in ("batch", "seq"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be positive, got {getattr(args, name)}")
@@ -121,9 +149,42 @@ def _step_inputs(args):
         raise ValueError(f"--target {args.target} has {target.num_devices} GPUs but --gpus is {args.gpus}")
     from .train import StateConfig
 
+    if run is not None:
+        args.batch = run.global_batch(target.num_devices)
+        return run.config(), target, run.mesh(target.num_devices, target.topology.gpus_per_host), flag_set, run.state
     state = StateConfig(gradient_accumulation_steps=args.grad_accum, optimizer_memory_host_offload=args.offload_optimizer,
                         parameter_memory_host_offload=args.offload_params)
     return cfg, target, sharding.parse_mesh(args.mesh, target.num_devices), flag_set, state
+
+
+def _maxtext_out(args, cfg, target, mesh, flag_set, state, host_bytes: int) -> dict:
+    """``--maxtext-yaml``: the step as MaxText overrides (written to the file) and its command line,
+    with the environment a GPU run needs; plus what a ``--maxtext-config`` left unmodelled."""
+    out = {}
+    if getattr(args, "maxtext_run", None) is not None:
+        out["not_modelled"] = list(args.maxtext_run.not_modelled)
+    if getattr(args, "maxtext_yaml", None):
+        import math
+
+        from . import maxtext
+
+        values = maxtext.overrides(cfg, args.policy, args.batch, args.seq, mesh, target.num_devices,
+                                   target.topology.gpus_per_host, state)
+        pool = math.ceil(host_bytes / 2**30) if host_bytes else None
+        exported = xla_flags.export(flag_set, mem_fraction=target.mem_fraction,
+                                    host_pool_gib=max(pool, 64) if pool else None)
+        env = {**exported["env"], "XLA_FLAGS": exported["XLA_FLAGS"]}
+        Path(args.maxtext_yaml).write_text(maxtext.to_yaml(values))
+        out.update({"yaml": args.maxtext_yaml, "overrides": values, "environment": env,
+                    "command_line": maxtext.command_line(values, env)})
+    return out
+
+
+def _print_maxtext(out: dict) -> None:
+    if out.get("not_modelled"):
+        print(f"MaxText keys the lab does not model: {', '.join(out['not_modelled'])}")
+    if "command_line" in out:
+        print(f"MaxText overrides written to {out['yaml']}; to run it:\n{out['command_line']}")
 
 
 def _compiled(args):
@@ -133,7 +194,9 @@ def _compiled(args):
     cfg, target, mesh, flag_set, state = _step_inputs(args)
     placement = compiler.place(target, sharding.active_axes(mesh))
     trainer = train.trainer(cfg, args.policy, state=state)
-    return cfg, trainer, state, train.compile_step(trainer, placement, args.batch, args.seq, flags=flag_set)
+    report = train.compile_step(trainer, placement, args.batch, args.seq, flags=flag_set)
+    args.maxtext_out = _maxtext_out(args, cfg, target, mesh, flag_set, state, report.host.total_bytes)
+    return cfg, trainer, state, report
 
 
 def _compile(args) -> int:
@@ -141,8 +204,13 @@ def _compile(args) -> int:
     out = {"model": cfg.name, "policy": trainer.policy.name, "batch": args.batch, "seq": args.seq,
            "params": cfg.param_count(), "attention": cfg.attention,
            "moe": cfg.moe.dispatch if cfg.moe is not None else None,
-           "state": dataclasses.asdict(state), **report.to_dict()}
-    print(json.dumps(out, indent=1) if args.json else report.summary())
+           "state": dataclasses.asdict(state), **report.to_dict(),
+           **({"maxtext": args.maxtext_out} if args.maxtext_out else {})}
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        print(report.summary())
+        _print_maxtext(args.maxtext_out)
     return 0
 
 
@@ -196,9 +264,10 @@ def _budget(args) -> int:
     cfg, target, mesh, flag_set, state = _step_inputs(args)
     policy = policies.resolve(args.policy, emitted=models.checkpoint_names(cfg))
     result = budget.estimate(cfg, args.batch, args.seq, policy, mesh, target=target, state=state, flags=flag_set)
+    mx = _maxtext_out(args, cfg, target, mesh, flag_set, state, result.host_bytes)
     if args.json:
         out = {"target": target.name, "num_devices": target.num_devices, **result.to_dict(),
-               "flag_set": flag_set.to_dict()}
+               "flag_set": flag_set.to_dict(), **({"maxtext": mx} if mx else {})}
         if policy.offloads:
             out["offload"] = {"checks": {"verdict": "not compiled", "note": "the memcpy-descriptor check needs the "
                                          "compiled HLO: run `compile`", "workarounds": list(flag_set.workarounds)}}
@@ -206,16 +275,23 @@ def _budget(args) -> int:
     else:
         print(f"{target.name} ({target.gpu.name}, {target.num_devices} GPUs)")
         print(result.table())
+        _print_maxtext(mx)
     return 0
 
 
-def _add_step_arguments(p: argparse.ArgumentParser, required: bool = True) -> None:
-    p.add_argument("--model", required=required, help="a model config, e.g. llama3.1-405b, deepseek-v3-671b, tiny-llama")
+def _add_step_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="a model config, e.g. llama3.1-405b, deepseek-v3-671b, tiny-llama")
+    p.add_argument("--maxtext-config", metavar="FILE",
+                   help="a MaxText config (model_name and overrides, YAML) instead of --model, --batch, --seq, "
+                        "--policy, --mesh and the attention, MoE and state flags; keys the lab does not model are listed")
+    p.add_argument("--maxtext-yaml", metavar="OUT",
+                   help="also write the step as MaxText overrides (YAML) to OUT and print its command line with the "
+                        "environment (XLA_FLAGS, XLA_PYTHON_CLIENT_MEM_FRACTION, XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB)")
     p.add_argument("--target", default="h100", help="GPU key (h100, h200, gh200, b200, gb200) or GPU:TOPOLOGY (h100:8x8)")
     p.add_argument("--gpus", type=int, default=None, help="number of GPUs (whole hosts); default: the GPU's usual system")
     p.add_argument("--mesh", default=None, help="mesh axes, e.g. fsdp=64 or fsdp=8,tensor=8 (one may be -1)")
-    p.add_argument("--batch", type=int, required=required, help="global batch B (sequences per step)")
-    p.add_argument("--seq", type=int, required=required, help="sequence length S")
+    p.add_argument("--batch", type=int, help="global batch B (sequences per step)")
+    p.add_argument("--seq", type=int, help="sequence length S")
     p.add_argument("--policy", default="full", help="a MaxText remat_policy preset or a custom .json spec")
     p.add_argument("--attention", choices=models_configs.ATTENTION_IMPLS, default=None,
                    help="attention: flash (the default: cuDNN's fused kernel where JAX can emit it, else the lab's "
@@ -261,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compile the step given by --model/--batch/--seq/... under each of these flag sets (a preset "
                         "and/or --name=value flags; repeat or list several) and print one row per set")
     p.add_argument("--link", default=None, help="with --compare: price host transfers on this host link")
-    _add_step_arguments(p, required=False)
+    _add_step_arguments(p)
     p.set_defaults(run=_flags)
     p = sub.add_parser("compile", help="compile a model's full train step for a target; per-device memory report")
     _add_step_arguments(p)

@@ -199,9 +199,10 @@ def overrides(cfg, policy, batch: int, seq: int, mesh: Mapping[str, int], num_de
     out: dict[str, Any] = {"model_name": maxtext_name, "hardware": "gpu"}
     if resolved.name in policies.PRESETS and not isinstance(policy, Mapping):
         out["remat_policy"] = resolved.name
-    else:
+    else:  # the names this model emits; MaxText's defaults (remat; the layer input on device) cover the rest
         out["remat_policy"] = "custom"
-        out.update(resolved.to_custom_spec())
+        emitted = _emitted(cfg)
+        out.update({k: v for k, v in resolved.to_custom_spec().items() if k in emitted})
     out["per_device_batch_size"] = batch / num_devices if batch % num_devices else batch // num_devices
     out["max_target_length"] = seq
     ici, dcn = split_mesh(mesh, min(gpus_per_host, num_devices))
@@ -250,4 +251,12 @@ def command_line(values: Mapping[str, Any], environment: Mapping[str, str] | Non
 
 
 def _quote(value: str) -> str:
-    return f"'{value}'" if any(c in value for c in " \"$") else value
+    """A shell word: as is when plain, in double quotes when it has spaces or single quotes (XLA_FLAGS
+    carries ``--xla_gpu_enable_command_buffer=''``), else ``shlex.quote``."""
+    import shlex
+
+    if value and all(c.isalnum() or c in "-_=.,:/+@%" for c in value):
+        return value
+    if not any(c in value for c in '"$`\\!'):
+        return f'"{value}"'
+    return shlex.quote(value)

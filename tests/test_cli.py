@@ -111,3 +111,27 @@ def test_budget_refuses_a_custom_spec_naming_tensors_the_model_lacks(tmp_path):
     bad = companion("budget", "--model", "tiny-llama", "--gpus", "1", "--batch", "2", "--seq", "32",
                     "--policy", str(spec))
     assert bad.returncode == 1 and "mla_q, which this model never emits" in bad.stderr
+
+
+def test_a_maxtext_config_in_and_its_overrides_out_give_the_same_budget(tmp_path):
+    config = tmp_path / "run.yml"
+    config.write_text("model_name: llama3.1-405b\nhardware: gpu\nremat_policy: custom\ndecoder_layer_input: offload\n"
+                      "query_proj: device\nmlpwi_0: offload\nper_device_batch_size: 1\nmax_target_length: 8192\n"
+                      "ici_fsdp_parallelism: 8\ndcn_fsdp_parallelism: 32\noptimizer_memory_host_offload: true\n"
+                      "learning_rate: 3.e-5\n")
+    out = tmp_path / "overrides.yml"
+    first = companion("budget", "--target", "h100:32x8", "--maxtext-config", str(config), "--maxtext-yaml", str(out),
+                      "--json")
+    assert first.returncode == 0, first.stderr
+    a = json.loads(first.stdout)
+    assert a["batch"] == 256 and a["seq"] == 8192 and a["mesh"]["fsdp"] == 256
+    assert a["maxtext"]["not_modelled"] == ["learning_rate"]
+    assert a["maxtext"]["overrides"]["remat_policy"] == "custom" and a["maxtext"]["overrides"]["mlpwi_0"] == "offload"
+    assert "XLA_FLAGS=" in a["maxtext"]["command_line"] and "optimizer_memory_host_offload=true" in a["maxtext"]["command_line"]
+    again = json.loads(companion("budget", "--target", "h100:32x8", "--maxtext-config", str(out), "--json").stdout)
+    assert (again["device_bytes"], again["host_bytes"]) == (a["device_bytes"], a["host_bytes"])
+    both = companion("budget", "--target", "h100:32x8", "--maxtext-config", str(config), "--mesh", "fsdp=256")
+    assert both.returncode == 1 and both.stderr.strip() == (
+        "error: --mesh and --maxtext-config both set the run: give one of them")
+    none = companion("budget", "--target", "h100")
+    assert none.returncode == 1 and "--model, --batch and --seq are required (or --maxtext-config FILE)" in none.stderr

@@ -90,7 +90,7 @@ def test_yaml_and_command_line_carry_maxtexts_keys_and_the_environment():
     text = maxtext.to_yaml(values)
     assert "remat_policy: qkv_proj_offloaded\n" in text and "ici_fsdp_parallelism: 8\n" in text
     line = maxtext.command_line(values, {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.9", "XLA_FLAGS": "--a=1 --b=2"})
-    assert line.startswith("XLA_PYTHON_CLIENT_MEM_FRACTION=0.9 XLA_FLAGS='--a=1 --b=2' python3 -m maxtext.train ")
+    assert line.startswith('XLA_PYTHON_CLIENT_MEM_FRACTION=0.9 XLA_FLAGS="--a=1 --b=2" python3 -m maxtext.train ')
     assert " per_device_batch_size=2 " in line and " optimizer_memory_host_offload=false" in line
     with pytest.raises(ValueError, match="tiny-llama is not a MaxText model"):
         maxtext.overrides("tiny-llama", "full", 8, 512, {"fsdp": 2}, 2, 2)
