@@ -85,18 +85,13 @@ class MaxTextRun:
 
 
 def _fill(axes: Mapping[str, int], total: int, group: str, what: str) -> dict[str, int]:
-    sizes = {a: int(axes.get(a, 1)) for a in LAB_AXES}
-    auto = [a for a, v in sizes.items() if v == -1]
-    if len(auto) > 1 or any(v < 1 and v != -1 for v in sizes.values()):
-        raise ValueError(f"{group}_*_parallelism {sizes}: sizes must be positive, with at most one -1")
-    known = math.prod(v for v in sizes.values() if v != -1)
-    if auto:
-        if total % known:
-            raise ValueError(f"{group}_*_parallelism {sizes}: {known} does not divide {what}")
-        sizes[auto[0]] = total // known
-    elif known != total:
-        raise ValueError(f"{group}_*_parallelism {sizes} spans {known} devices, not {what}")
-    return sizes
+    """One group's axes with its ``-1`` filled (``sharding.parse_mesh``'s rules), errors naming the group."""
+    from . import sharding
+
+    try:
+        return sharding.parse_mesh({a: int(axes.get(a, 1)) for a in LAB_AXES}, total)
+    except ValueError as err:
+        raise ValueError(f"{group}_*_parallelism over {what}: {err}") from None
 
 
 def _load(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:

@@ -78,7 +78,7 @@ def test_values_the_lab_cannot_honour_are_one_line_errors(values, message):
 
 def test_mesh_and_batch_errors_name_the_numbers():
     run = maxtext.read({"model_name": "llama3.1-8b", "per_device_batch_size": 0.5, "ici_fsdp_parallelism": 3})
-    with pytest.raises(ValueError, match="spans 3 devices, not the 8 GPUs of a host"):
+    with pytest.raises(ValueError, match=r"ici_\*_parallelism over the 8 GPUs of a host: mesh .*fsdp=3.* has 3 devices"):
         run.mesh(8, 8)
     with pytest.raises(ValueError, match="0.5 x 3 GPUs = 1.5 is not a whole number"):
         run.global_batch(3)
