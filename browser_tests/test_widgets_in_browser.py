@@ -129,7 +129,7 @@ def test_policy_explorer_follows_its_pure_function(lab, browser, notebook, offlo
     xpath = (f"//*[contains(@class,'widget-toggle-buttons')][.//label[normalize-space()='mlpwi_0']]"
              f"//button[normalize-space()='{choice}']")
     WebDriverWait(browser, 300).until(lambda d: d.find_elements(By.XPATH, xpath))
-    spec = {name: "device" for name in widgets.LAYER_NAMES}
+    spec = widgets.default_policy_spec()
     _status_shows(browser, widgets.policy_view(spec).message)
     browser.find_element(By.XPATH, xpath).click()
     spec["mlpwi_0"] = choice

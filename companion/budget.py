@@ -374,7 +374,8 @@ def _update_terms(state, param_bytes, moments, specs, shards) -> list[Term]:
 # MLP and one attention weight in a dense layer; all three expert weights, the shared expert's gate
 # and the attention output projection in an MoE layer. Without FSDP, the capacity dispatch's
 # per-expert einsums, and gradient accumulation's microbatch loop, still leave the three expert
-# weights' accumulators transposed (one dropless step does not). Compiles of jaxlib 0.10.2's XLA (``benchmarks/bench_budget.py``).
+# weights' accumulators transposed (one dropless step does not). Compiles of jaxlib 0.10.2's XLA
+# (``benchmarks/bench_budget.py``).
 _TRANSPOSED_GRADIENTS = {
     False: ("mlp/wi_0", "attention/wq"),
     True: ("mlp/wi_0", "mlp/wi_1", "mlp/wo", "mlp/shared/wi_0", "attention/wo"),
@@ -524,7 +525,8 @@ def _layer_backward_terms(cfg, pol, graphs, b, S, D, V, A, mesh, specs, shards, 
             weights,
             Term("scratch", f"{label}: [b, S, D] scratch ({scratch_text})", z.b * S * D * scratch, "device",
                  "transient", f"b x S x D x {scratch} B", "working"),
-            Term("loss_grad", "loss gradient (fp32), kept for the head's weight gradient after the layer loop", z.b * S * V * 4, "device", "transient",
+            Term("loss_grad", "loss gradient (fp32), kept for the head's weight gradient after the layer loop",
+                 z.b * S * V * 4, "device", "transient",
                  "b x S x V/tensor x 4 B", "logits"),
         ]
         if sum(t.bytes for t in terms) > sum(t.bytes for t in best):

@@ -8,9 +8,8 @@ budget as a stacked bar against the target's HBM, fits / does not fit with the m
 
 from __future__ import annotations
 
-import html
-
 import dataclasses
+import html
 
 from . import budget as budget_lib
 from . import models, policies, sharding, targets
