@@ -51,6 +51,7 @@ from . import policies as policy_lib
 from .models import configs, flash
 from .models.configs import ModelConfig
 from .models.graph import LayerSizes, layer_graph, moe_sizes, parameter_specs, saved_by
+from . import sharding
 from .sharding import MESH_AXES, AxisRules, mesh_of
 from .targets import DEFAULT_MEM_FRACTION, Target, allocator_limit_bytes, check_mem_fraction
 from .train import StateConfig
@@ -203,8 +204,8 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
         raise ValueError(f"batch {batch} does not split into {n_acc} gradient accumulation steps")
     micro = batch // n_acc
     _check_divisible(cfg, micro, seq, mesh)
-    data, fsdp, tensor, expert = (mesh[a] for a in MESH_AXES)
-    batch_ways = data * fsdp * expert
+    fsdp, tensor = mesh["fsdp"], mesh["tensor"]
+    batch_ways = sharding.batch_ways(mesh)
     b, S, D, V = micro // batch_ways, seq, cfg.d_model, cfg.vocab_size // tensor
     terms: list[Term] = []
 
@@ -400,8 +401,8 @@ def _gradient_transposes(cfg, specs, shards, fsdp: int, n_acc: int) -> Term | No
 def _check_divisible(cfg: ModelConfig, batch: int, seq: int, mesh: Mapping[str, int]) -> None:
     if batch < 1 or seq < 1:
         raise ValueError(f"batch and seq must be positive, got batch={batch}, seq={seq}")
-    data, fsdp, tensor, expert = (mesh[a] for a in MESH_AXES)
-    for what, size, ways in (("batch", batch, data * fsdp * expert), ("heads", cfg.num_heads, tensor),
+    tensor = mesh["tensor"]
+    for what, size, ways in (("batch", batch, sharding.batch_ways(mesh)), ("heads", cfg.num_heads, tensor),
                              ("vocab", cfg.vocab_size, tensor)):
         if size % ways:
             raise ValueError(f"{what} {size} does not divide over {ways} devices (mesh "
@@ -417,7 +418,7 @@ def attention_kernel(cfg: ModelConfig) -> str:
 def layer_sizes(cfg: ModelConfig, batch: int, seq: int, mesh: Mapping[str, int], *, routed: bool) -> LayerSizes:
     """Per-device sizes of one layer's tensors under ``mesh`` (a full mesh, as ``parse_mesh`` gives)."""
     data, fsdp, tensor, expert = (mesh[a] for a in MESH_AXES)
-    b = batch // (data * fsdp * expert)
+    b = batch // sharding.batch_ways(mesh)
     extra = moe_sizes(cfg, batch // (data * fsdp), expert, tensor, seq, local_tokens=b * seq) if routed else {}
     if cfg.attention != "flash":
         pairs = seq * seq

@@ -21,7 +21,7 @@ from typing import Mapping
 
 from . import policies
 from .models import configs
-from .sharding import MESH_AXES, mesh_of
+from .sharding import MESH_AXES, batch_ways, mesh_of
 
 RECOMPUTE = ("none", "selective", "full")
 
@@ -60,9 +60,9 @@ def estimates(model, batch: int, seq: int, policy="full", mesh: Mapping[str, int
     """Both parameter rules, each with the Korthikanti activations for the policy's row, per device."""
     cfg = configs.config(model)
     mesh = mesh_of(mesh, num_devices)
-    data, fsdp, tensor, expert = (mesh[a] for a in MESH_AXES)
+    _, fsdp, tensor, expert = (mesh[a] for a in MESH_AXES)
     params_per_device = cfg.param_count() / (fsdp * tensor * expert)
-    b = batch / (data * fsdp * expert)
+    b = batch / batch_ways(mesh)
     row = recompute_row(policy)
     act = cfg.num_layers * korthikanti_layer_bytes(seq, b, cfg.d_model, cfg.num_heads, tensor, row)
     return [PeerEstimate("10 B/param (scaling-book) + Korthikanti " + row, 10 * params_per_device, act),

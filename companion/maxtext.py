@@ -190,13 +190,13 @@ def overrides(cfg, policy, batch: int, seq: int, mesh: Mapping[str, int], num_de
         raise ValueError(f"{cfg.name} is not a MaxText model: the lab exports {', '.join(MODEL_NAMES.values())}")
     if cfg.attention not in EXPORT_ATTENTION:
         raise ValueError(f"attention {cfg.attention!r} has no MaxText equivalent: export {', '.join(EXPORT_ATTENTION)}")
-    resolved = policies.resolve(policy, emitted=_emitted(cfg))
+    emitted = _emitted(cfg)
+    resolved = policies.resolve(policy, emitted=emitted)
     out: dict[str, Any] = {"model_name": maxtext_name, "hardware": "gpu"}
     if resolved.name in policies.PRESETS and not isinstance(policy, Mapping):
         out["remat_policy"] = resolved.name
     else:  # the names this model emits; MaxText's defaults (remat; the layer input on device) cover the rest
         out["remat_policy"] = "custom"
-        emitted = _emitted(cfg)
         out.update({k: v for k, v in resolved.to_custom_spec().items() if k in emitted})
     out["per_device_batch_size"] = batch / num_devices if batch % num_devices else batch // num_devices
     out["max_target_length"] = seq

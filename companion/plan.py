@@ -48,15 +48,11 @@ class LargestBatch:
         return {**dataclasses.asdict(self), "budget_off_by_steps": self.budget_off_by_steps}
 
 
-def _batch_ways(mesh: Mapping[str, int]) -> int:
-    return mesh.get("data", 1) * mesh.get("fsdp", 1) * mesh.get("expert", 1)
-
-
 def budget_largest_batch(cfg, target: Target, seq: int, policy, mesh: Mapping[str, int],
                          state: train.StateConfig = train.StateConfig(), flags=None) -> int:
     """The largest global batch (a multiple of the batch ways and of the accumulation steps) the
     budget fits under usable HBM; 0 when even the smallest does not."""
-    step = _batch_ways(mesh) * state.gradient_accumulation_steps
+    step = sharding.batch_ways(mesh) * state.gradient_accumulation_steps
 
     def fits(k: int) -> bool:
         return budget_lib.estimate(cfg, k * step, seq, policy, mesh, target=target, state=state, flags=flags).fits
@@ -80,7 +76,7 @@ def largest_batch(model, target: Target, seq: int, policy="full", mesh: Mapping[
     where it is off, corrected) by compiling the full train step at it and one step further."""
     cfg = model_configs.config(model)
     mesh = sharding.parse_mesh(mesh, target.num_devices) if not isinstance(mesh, Mapping) else dict(mesh)
-    step = _batch_ways(mesh) * state.gradient_accumulation_steps
+    step = sharding.batch_ways(mesh) * state.gradient_accumulation_steps
     placement = compiler.place(target, sharding.active_axes(mesh))
     trainer = train.trainer(cfg, policy, state=state)
     peaks: dict[int, int] = {}
@@ -101,6 +97,6 @@ def largest_batch(model, target: Target, seq: int, policy="full", mesh: Mapping[
     else:  # step up while the next one still fits
         while batch + step <= MAX_PER_SHARD * step and peak(batch + step) <= usable:
             batch += step
-    nxt = (batch or 0) + step
+    nxt = batch + step
     return LargestBatch(cfg.name, trainer.policy.name, seq, target.name, mesh, state, step, from_budget, batch,
                         peak(batch) if batch else 0, peak(nxt), usable, len(peaks))

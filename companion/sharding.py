@@ -169,6 +169,12 @@ def mesh_of(mesh: str | Mapping[str, int] | None, num_devices: int | None = None
     return parse_mesh(mesh, num_devices)
 
 
+def batch_ways(mesh: Mapping[str, int]) -> int:
+    """How many ways the global batch is split: the product of the mesh axes ``activation_batch``
+    maps to (data x fsdp x expert); each batch shard holds ``B / batch_ways`` sequences."""
+    return math.prod(mesh.get(axis, 1) for axis in dict(DEFAULT_RULES)["activation_batch"])
+
+
 def active_axes(mesh: Mapping[str, int]) -> dict[str, int]:
     """The axes of a full mesh that split something (size > 1), as ``compiler.place`` takes them."""
     return {k: v for k, v in mesh.items() if v > 1} or {"fsdp": 1}
