@@ -25,7 +25,20 @@ by ``benchmarks/bench_budget.py``:
   FSDP: two layers and a bit with MaxText's pipelined all-gathers, some ``[b, S, D]`` scratch and
   the fp32 loss gradient, which the head's weight-gradient matmul after the layer loop reads); the
   **backward end** (the head's fp32 weight gradient, kept until its reduce-scatter); the
-  **optimizer update** (offloaded state brought back to the device).
+  **loop tail** (pipelined host offloading only: the last two layers, peeled out of the loop, whose
+  backward and recompute the top-level scheduler overlaps up to its memory limit); the **peeled
+  MoE backward** (dropless MoE stacks with a loop left after XLA peels 4 of their layers: the first
+  peeled layer's working set next to the zero-filled buffers of the top-level layers after the
+  loop, allocated at the step's start by horizontally fused broadcasts, and the second peeled
+  layer's, started early up to the scheduler's limit; the loop's fp32 gradient accumulators are
+  not allocated yet); the
+  **optimizer update** (offloaded state brought back to the device; offloaded moments arrive while
+  the peeled last layers' weights, their weight gradients before the reduce-scatter and the saved
+  activations are still there).
+
+XLA peels the backward loop's last iteration (double-buffered loops; two with pipelined host
+offloading) into the step's top level, where the scheduler interleaves it with the head's weight
+gradient and the update's host copies: the phases above that sit after the loop model that tail.
 
 The latency-hiding scheduler keeps some buffers alive longer while it is under its memory limit
 (extra fp32 score copies, offloaded moments brought in early): where it is, the budget says so.
@@ -33,7 +46,12 @@ Known gaps (``benchmarks/results/budget.json`` lists every configuration): steps
 HBM, where XLA's scheduler is past its memory limit and serializes or keeps buffers as no fitting
 schedule does (DeepSeek-V3 layer stacks on one B200 host or 8 GH200: up to +18 %); a few
 configurations that fit are off by 4–8 % (the 70B's custom policy under tensor parallelism, the 8B
-with parameters offloaded, pipelined offload: XLA keeps one more buffer than modelled); tiny models,
+with parameters offloaded, pipelined offload: XLA keeps one more buffer than modelled); with the
+moments on the device and far over the scheduler's limit, XLA may compute the head's weight
+gradient before the layer loop instead of after it (Llama 3.1 405B on 256 H100, S=8192, "full",
+fsdp=256 or fsdp=128,tensor=2: +12 % and +4 %; the condition is not modelled); at the scheduler's
+limit (DeepSeek-V3 on 256-512 GB200, one sequence per GPU), the heap's fragmentation: 5-8 GiB
+(-2 to -5 %) that the live buffers do not show; tiny models,
 whose fixed-size buffers (cuBLAS workspaces, MBs) dominate and are not modelled.
 
 Per-device sizes: ``b = B / (data x fsdp x expert)`` sequences; heads, MLP width and vocabulary
@@ -92,7 +110,9 @@ class Budget:
     phases: dict[str, tuple[Term, ...]] = dataclasses.field(default_factory=dict)  # every phase's transient terms
 
     def phase_terms(self, phase: str) -> tuple[Term, ...]:
-        """The transient terms of a phase: "loss", "layer backward", "backward end" or "optimizer update"."""
+        """The transient terms of a phase: "loss", "layer backward", "backward end", "optimizer update"
+        (and "loop tail" where pipelined host offloading peels the loop's last two layers, "peeled MoE
+        backward" where a dropless MoE stack's backward loop has layers peeled to the top level)."""
         if phase not in self.phases:
             raise ValueError(f"unknown phase {phase!r}; choose one of: {', '.join(self.phases)}")
         return self.phases[phase]
@@ -234,7 +254,7 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
     recompute_flops = step_flops = 0.0
     dev_names, host_names = [], []
     graphs = []
-    pipelined_offload = bool(flag_set.flags.get("xla_gpu_enable_pipelined_host_offloading"))
+    pipelined_offload = bool(flag_set.flags.get(xla_flags.PIPELINED_HOST_OFFLOADING))
     for label, count, routed in stacks:
         if not count:
             continue
@@ -305,7 +325,16 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
     # DeepSeek-V3 on 8 B200, and on 128 GB200 at B = 128, where offloading the moments leaves the
     # peak over usable HBM; ``benchmarks/bench_budget.py``).
     loss = _loss_terms(cfg, b, S, D, V, A, shards)
-    if state.optimizer_memory_host_offload and limit is not None:
+    # with a dropless MoE loop, the zero-filled buffers of the top-level layers after it are there
+    # from the step's start (``_peeled_moe_terms``): at the loss too, and in the top level's memory
+    # that decides whether the moments come early (compiled: DeepSeek-V3 on 128 GB200, fsdp=16, B = 128,
+    # moments offloaded: they do not)
+    moe_peeled = _peeled_moe_terms(cfg, graphs, layer, A, flag_set)
+    loss += moe_peeled
+    # ... unless the layer loop moves offloaded residuals itself: then the moments' copies are not
+    # started before the loop is over (compiled: Llama 3.1 405B, 256 H100, fsdp=256, activations
+    # and moments offloaded, pipelined: the copies start after the last layer's reduce-scatter)
+    if state.optimizer_memory_host_offload and limit is not None and not residual_host:
         early = Term("moments_early", "offloaded moments brought to the device early (for the update)", moments,
                      "device", "transient", "params x 8 B / sharding", "optimizer")
         if base - static_dev + sum(t.bytes for t in loss) + early.bytes <= limit:
@@ -315,13 +344,42 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
         "loss": loss,
         "layer backward": layer,
         "backward end": _backward_end_terms(layer, D, V),
-        "optimizer update": _update_terms(state, param_bytes, moments, specs, shards),
+        "optimizer update": _update_terms(state, param_bytes, moments, specs, shards, cfg, mesh, A,
+                                          tail_layers(flag_set, bool(residual_host))),
     }
+    if moe_peeled:
+        # the second peeled layer's zero-filled buffers start as early as the scheduler's limit allows
+        grads_dev = sum(t.bytes for t in terms if t.key == "gradients")
+        first = base - static_dev - grads_dev + sum(t.bytes for t in layer) + sum(t.bytes for t in moe_peeled)
+        zeros = moe_peeled[0]
+        room = zeros.bytes if limit is None else max(min(zeros.bytes, limit - first), 0)
+        phases["peeled MoE backward"] = layer + list(moe_peeled) + [Term(
+            "moe_peeled_second", "MoE layer before it (peeled too): its zero-filled buffers, started early "
+            "(as far as the scheduler's memory limit allows)", room, "device", "transient",
+            "min(" + zeros.formula + ", scheduler limit - the rest)", "working")]
+    tail = tail_layers(flag_set, bool(residual_host))
+    if tail > 1 and not graphs[0][2]:
+        transposes_dev = transposes.bytes if transposes is not None else 0
+        phases["loop tail"] = _loop_tail_terms(layer, graphs[0][3], A, limit, base - static_dev - transposes_dev)
     # what each phase no longer holds: after the layers, the transposed accumulators; after the
     # backward pass, the residuals too
-    gone = {"backward end": ("gradient_transposes",),
+    gone = {"backward end": ("gradient_transposes",), "loop tail": ("gradient_transposes",),
+            "peeled MoE backward": ("gradients",),
             "optimizer update": ("gradient_transposes", "residuals", "pipelined_offload",
                                  "residuals_second_microbatch")}
+    if state.optimizer_memory_host_offload and not state.parameter_memory_host_offload:
+        # the moments' copies to the device start while the last (peeled) layer's backward still
+        # runs: the saved activations it reads are still there — when that about fits under the
+        # scheduler's limit (compiled, Llama 3.1 405B, 256 H100, fsdp=64,tensor=4, S=8192: 3 % over the
+        # budget's limit, early); with the parameters offloaded too, or far over the limit, the update
+        # waits for the backward pass (fsdp=64, B=64, S=4096 on 64 H100: 3x over, compiled 89.8 GiB)
+        early_gone = ("gradient_transposes", "residuals_second_microbatch")
+        early = base - static_dev + sum(t.bytes for t in phases["optimizer update"]) - sum(
+            t.bytes for t in terms if t.key in early_gone and t.space == "device")
+        if limit is None or early <= SCHEDULER_SLACK * limit:
+            gone["optimizer update"] = early_gone
+        else:
+            phases["optimizer update"] = [t for t in phases["optimizer update"] if t.key != "update_tail_weights"]
     totals = {name: base + sum(t.bytes for t in ts) - sum(t.bytes for t in terms if t.key in gone.get(name, ())
                                                           and t.space == "device")
               for name, ts in phases.items()}
@@ -332,6 +390,76 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
                   n_acc * recompute_flops, n_acc * (step_flops + 3 * flops_head), hbm_bytes,
                   tuple(t for name, ts in phases.items() if name != peak_phase for t in ts), mem_fraction,
                   {name: tuple(ts) for name, ts in phases.items()})
+
+
+def _loop_tail_terms(layer: list[Term], z: LayerSizes, A: int, limit: int | None, persistent: int) -> list[Term]:
+    """The two last layers' backward, peeled out of the loop by pipelined host offloading
+    (``tail_layers``) into the step's top level, where the latency-hiding scheduler overlaps the
+    second one's recompute with the first one's backward as far as its memory limit allows.
+
+    At the MLP's backward six ``[b, S, F]`` tensors are live (the recomputed gate and up, the
+    gradient of their product, and the fused multiply's three outputs); the second layer brings
+    its attention, its MLP tensors and its ``[b, S, D]`` scratch. Compiled (jaxlib 0.10.2, Llama
+    3.1 405B on 256 H100, fsdp=128,tensor=2, B=384, S=8192, ``decoder_layer_input`` offloaded):
+    the tail peaks 1 % under the scheduler's limit, with both layers' MLP tensors live."""
+    keep = [t for t in layer if t.key in ("attention", "layer_weights", "scratch", "loss_grad")]
+    mlp = Term("tail_mlp", "last layer: MLP backward tensors (6)", 6 * z.b * z.S * z.F * A, "device", "transient",
+               f"6 x b x S x F/tensor x {A} B (gate, up, product gradient, the fused multiply's 3 outputs)",
+               "working")
+    second = sum(t.bytes for t in keep if t.key in ("attention", "scratch")) + mlp.bytes
+    first = sum(t.bytes for t in keep) + mlp.bytes
+    room = second if limit is None else max(min(second, limit - persistent - first), 0)
+    return keep + [mlp, Term("tail_second_layer", "the layer before it, recomputed alongside (as far as the "
+                             "scheduler's memory limit allows)", room, "device", "transient",
+                             "min(attention + 6 x b x S x F/tensor x 2 B + scratch, scheduler limit - the rest)",
+                             "working")]
+
+
+# MoE layers of the backward pass XLA runs at the step's top level, out of the double-buffered loop
+# (compiled, jaxlib 0.10.2: DeepSeek-V3's 58 MoE layers run as 27 double iterations and 4 layers)
+PEELED_MOE_LAYERS = 4
+
+
+def _peeled_moe_terms(cfg, graphs, layer: list[Term], A: int, flag_set) -> list[Term]:
+    """The first MoE layers of the backward pass, which XLA peels out of the (double-buffered) layer
+    loop into the step's top level, with the buffers of the top-level layers after the loop.
+
+    Every routed layer's backward fills buffers with zeros before writing them: the grouped
+    matmuls' outputs and weight gradients, the exchanges' receive buffers, the scatter-adds that
+    transpose the row gathers. For the layers at the top level (the peeled ones before the loop, the
+    MoE layer and the dense layers after it), XLA fuses these broadcasts horizontally into a few
+    multi-output fusions, run before the forward pass: the buffers of the layers after the loop are
+    live from the step's start until their layer runs. Through the loop they sit next to the loop's
+    layer (the "layer backward" phase's dispatch count includes them); at the first peeled layer
+    they sit next to its whole working set, while the layer weights' fp32 gradient accumulators
+    (carried by the loop) are not allocated yet — only the transposed ones.
+
+    Compiled (jaxlib 0.10.2, DeepSeek-V3 671B, S = 4096, expert = 8, one sequence per GPU; on 512
+    GB200 at fsdp=64, and on 64 at fsdp=8, ``benchmarks/results/budget.json``): per MoE layer after
+    the loop 4 ``[R, D]``, 2 ``[receive, D]``, 2 ``[rows, D]``, 3 ``[R, F_e]`` buffers in the compute
+    dtype and the three expert weights' fp32 gradients; and the lab's flash backward's fp32
+    accumulators (dQ, dK, dV and the fp32 output) for three top-level layers."""
+    if not flag_set.flags.get("xla_gpu_enable_while_loop_double_buffering"):
+        return []
+    routed = [(label, count, z) for label, count, r, z, *_ in graphs if r]
+    if not routed or cfg.moe.dispatch != "dropless" or not any(t.key == "moe_dispatch" for t in layer):
+        return []
+    label, count, z = routed[0]
+    if (count - PEELED_MOE_LAYERS) // 2 < 2:  # no loop left (DeepSeek-V3 with 6 layers: every layer at the top level)
+        return []
+    D, R, recv, Fe, El = z.D, z.expert_rows, z.receive_rows, z.expert_F, z.experts
+    rows = z.b * z.S * z.topk
+    zero = (4 * R + 2 * recv + 2 * rows) * D * A + 3 * R * Fe * A + 3 * El * D * Fe * 4
+    terms = [Term("moe_tail_zeros", f"{label} after the loop: its zero-filled buffers, allocated at the step's start",
+                  zero, "device", "transient",
+                  f"(4 x R + 2 x {recv} received + 2 x {rows} rows) x D x {A} B + 3 x R x F_e x {A} B "
+                  f"+ 3 x E_local x D x F_e x 4 B (R = {R})", "working")]
+    if cfg.attention == "flash" and attention_kernel(cfg) != "cudnn":
+        qk, vd = (cfg.mla.qk_head_dim, cfg.mla.v_head_dim) if cfg.mla is not None else (z.dh, z.dh)
+        terms.append(Term("tail_flash_zeros", "top-level layers after the loop: flash backward's fp32 accumulators "
+                          "(3 layers)", 3 * z.b * z.S * z.H * (2 * qk + 2 * vd) * 4, "device", "transient",
+                          "3 x b x S x H/tensor x (2 d_qk + 2 d_v) x 4 B", "working"))
+    return terms
 
 
 def _backward_end_terms(layer: list[Term], D: int, V: int) -> list[Term]:
@@ -355,15 +483,39 @@ def _loss_terms(cfg, b, S, D, V, A, shards) -> list[Term]:
     ]
 
 
-def _update_terms(state, param_bytes, moments, specs, shards) -> list[Term]:
+def tail_layers(flag_set, offloaded_residuals: bool) -> int:
+    """How many of the backward loop's last iterations XLA peels out of the loop into the step's
+    top level: one with MaxText's double-buffered loops (an odd trip count), two where pipelined
+    host offloading also peels the loop for the offloaded residuals' transfers (compiled,
+    jaxlib 0.10.2: Llama 3.1 405B with 126 layers, 61 double iterations and 4 peeled layers)."""
+    return 2 if offloaded_residuals and flag_set.flags.get(xla_flags.PIPELINED_HOST_OFFLOADING) else 1
+
+
+def _update_terms(state, param_bytes, moments, specs, shards, cfg=None, mesh=None, A=2, tail=1) -> list[Term]:
     """The optimizer update: the gradients of the embedding and the head (the layers' are counted
-    already; and, offloaded, the moments and parameters brought to the device for it)."""
+    already; and, offloaded, the moments and parameters brought to the device for it).
+
+    With the moments on the host, XLA starts their copies to the device as soon as the last layer's
+    weight gradients go to their reduce-scatter: the peeled last layers (``tail_layers``) still hold
+    their weights gathered in the compute dtype and the weight gradients in it that wait for the
+    reduce-scatter (under FSDP), one more layer's gathered weights, and the saved activations (see
+    ``estimate``). Compiled (jaxlib 0.10.2, Llama 3.1 405B on 256 H100): fsdp=64,tensor=4 and
+    fsdp=256 with offloaded activations peak here."""
     grads = sum(shards[s.path] * 4 for s in specs if s.trainable and not s.path.split("/")[0].endswith("layers"))
     terms = [Term("update_grads", "embedding and head gradients at the update (fp32)", grads, "device", "transient",
                   "(embedding + head) x 4 B / sharding", "gradients")]
     if state.optimizer_memory_host_offload:
         terms.append(Term("update_moments", "AdamW moments brought to the device", moments, "device", "transient",
                           "params x 8 B / sharding", "optimizer"))
+        if cfg is not None and mesh["fsdp"] > 1 and not state.parameter_memory_host_offload:
+            stack = "layers" if cfg.mla is None else ("dense_layers" if cfg.num_dense_layers else "moe_layers")
+            routed = stack == "moe_layers"
+            per_layer = (_layer_weights(specs, stack, "mlp/shared/" if routed else "mlp/", mesh["tensor"], A)
+                         + _layer_weights(specs, stack, "attention/", mesh["tensor"], A))
+            terms.append(Term("update_tail_weights", f"last {tail} layer(s)' weights and weight gradients "
+                              f"(compute dtype, before their reduce-scatter) and one more layer's weights",
+                              (tail + 1) * per_layer, "device", "transient",
+                              f"({tail} + 1) x (MLP + attention weights) x {A} B / tensor", "working"))
     if state.parameter_memory_host_offload:
         terms.append(Term("update_params", "parameters brought to the device", param_bytes, "device", "transient",
                           "params x 4 B / sharding", "parameters"))
@@ -441,6 +593,9 @@ def _layer_weights(specs, stack: str, part: str, tensor: int, A: int) -> int:
 # off) and memory to spare under its limit, XLA keeps one or two more fp32 copies for the
 # transposed matmuls (16 B at Llama 3.1 8B, S = 8192 on H100, 18 B at S = 4096: jaxlib 0.10.2).
 SCORE_COPY_BYTES = (18, 16, 12)
+# XLA's scheduler tracks memory by its own accounting, not the final buffer assignment: a phase the
+# budget puts this much over its limit may still be scheduled (an assumption from one compile, above)
+SCHEDULER_SLACK = 1.05
 
 
 def _attention_working(cfg, z: LayerSizes, A: int, triton_gemm: bool, score_bytes: int) -> tuple[int, str]:

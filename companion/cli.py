@@ -4,7 +4,8 @@ Subcommands: ``targets`` (the GPU catalog and host links), ``flags`` (the XLA fl
 presets, ``--check`` a flag string, ``--compare`` flag sets on one step), ``compile`` (the full
 train step of a model for a target, per-device report), ``budget`` (the analytic per-device memory
 budget of the same step, no compile), ``simulate`` (compile, then replay the schedule on the GPU's
-streams: step time). Every verdict is against usable HBM (``--mem-fraction`` of the card, default
+streams: step time), ``plan`` (search per-tensor remat/offload, batch and state levers for the most
+simulated throughput that fits, and export it for MaxText). Every verdict is against usable HBM (``--mem-fraction`` of the card, default
 0.75 as JAX's allocator); compiles use MaxText's GPU flags unless ``--xla-flags`` says otherwise.
 Errors are one line on stderr and exit status 1, never a traceback.
 """
@@ -21,7 +22,7 @@ from . import flags as xla_flags
 from . import targets
 from .models import configs as models_configs
 
-PIPELINED_FLAG = "xla_gpu_enable_pipelined_host_offloading"
+PIPELINED_FLAG = xla_flags.PIPELINED_HOST_OFFLOADING
 
 
 def _targets(args) -> int:
@@ -92,6 +93,18 @@ _MAXTEXT_DECIDES = {"model": None, "batch": None, "seq": None, "policy": "full",
                     "offload_optimizer": False, "offload_params": False}
 
 
+def _target(args) -> targets.Target:
+    """``--target`` (a GPU key, or GPU:TOPOLOGY), ``--gpus`` and ``--mem-fraction``, checked together."""
+    fraction = targets.check_mem_fraction(args.mem_fraction)
+    if ":" in args.target:
+        target = targets.target(args.target, mem_fraction=fraction)
+    else:
+        target = targets.target(args.target, args.gpus, mem_fraction=fraction)
+    if args.gpus is not None and target.num_devices != args.gpus:
+        raise ValueError(f"--target {args.target} has {target.num_devices} GPUs but --gpus is {args.gpus}")
+    return target
+
+
 def _maxtext_run(args):
     """The MaxText config of ``--maxtext-config`` (None without it); refuses flags that it also sets."""
     if not getattr(args, "maxtext_config", None):
@@ -137,13 +150,7 @@ def _step_inputs(args):
             raise ValueError(f"--capacity-factor {moe['capacity_factor']} must be positive with --moe capacity "
                              "(MaxText's capacity_factor <= 0 means dropless: use --moe dropless)")
         cfg = cfg.with_moe(**moe)
-    fraction = targets.check_mem_fraction(args.mem_fraction)
-    if ":" in args.target:
-        target = targets.target(args.target, mem_fraction=fraction)
-    else:
-        target = targets.target(args.target, args.gpus, mem_fraction=fraction)
-    if args.gpus is not None and target.num_devices != args.gpus:
-        raise ValueError(f"--target {args.target} has {target.num_devices} GPUs but --gpus is {args.gpus}")
+    target = _target(args)
     from .train import StateConfig
 
     if run is not None:
@@ -276,6 +283,50 @@ def _budget(args) -> int:
     return 0
 
 
+def _plan(args) -> int:
+    """``plan``: the planner's search, its finalists compiled and simulated, the plan exported."""
+    from . import models, plan, sharding
+
+    if args.objective != "throughput":
+        raise ValueError(f"--objective {args.objective!r}: the planner maximizes throughput")
+    for name in ("seq", "global_batch", "host_pool_gib", "gpus"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
+    if args.max_compiles < 1:
+        raise ValueError(f"--max-compiles must be positive, got {args.max_compiles}")
+    flag_set = xla_flags.resolve(args.xla_flags)  # a bad flag fails before the search
+    target = _target(args)
+    mesh = args.mesh
+    if args.maxtext_config:
+        from . import maxtext
+
+        if args.model or args.seq or args.mesh:
+            raise ValueError("--model, --seq, --mesh and --maxtext-config all set the run: give one of them")
+        run = maxtext.read(args.maxtext_config)
+        cfg, seq, mesh = run.config(), run.seq, run.mesh(target.num_devices, target.topology.gpus_per_host)
+    else:
+        if args.model is None or args.seq is None:
+            raise ValueError("--model and --seq are required (or --maxtext-config FILE)")
+        cfg, seq = models.config(args.model), args.seq
+        if mesh is not None:
+            mesh = sharding.parse_mesh(mesh, target.num_devices)
+    progress = None if args.json else (lambda line: print(line, file=sys.stderr, flush=True))
+    result = plan.plan(cfg, target, seq, mesh, global_batch=args.global_batch, host_pool_gib=args.host_pool_gib,
+                       max_compiles=args.max_compiles, flags=flag_set, progress=progress)
+    if args.maxtext_yaml:
+        Path(args.maxtext_yaml).write_text(result.yaml())
+    if args.json:
+        print(json.dumps({**result.to_dict(), "yaml": result.yaml(),
+                          **({"maxtext_yaml": args.maxtext_yaml} if args.maxtext_yaml else {})}, indent=1))
+    else:
+        print(result.summary())
+        if args.maxtext_yaml:
+            print(f"MaxText overrides written to {args.maxtext_yaml}")
+        print(f"to run it:\n{result.command_line()}")
+    return 0
+
+
 def _add_step_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="a model config, e.g. llama3.1-405b, deepseek-v3-671b, tiny-llama")
     p.add_argument("--maxtext-config", metavar="FILE",
@@ -350,6 +401,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--link", default=None, help="price host transfers on this host link instead of the GPU's own "
                                                 "(a what-if): " + ", ".join(targets.HOST_LINKS))
     p.set_defaults(run=_simulate)
+    p = sub.add_parser("plan", help="search remat/offload per tensor, batch, pipelined offload and the state levers "
+                                    "for the most simulated throughput that fits; export it for MaxText")
+    p.add_argument("--model", help="a model config, e.g. llama3.1-405b, deepseek-v3-671b")
+    p.add_argument("--maxtext-config", metavar="FILE", help="a MaxText config: its model, sequence, attention, MoE and "
+                                                            "mesh (the planner chooses the rest)")
+    p.add_argument("--target", default="h100", help="GPU key or GPU:TOPOLOGY")
+    p.add_argument("--gpus", type=int, default=None, help="number of GPUs (whole hosts)")
+    p.add_argument("--mesh", default=None, help="one mesh (e.g. fsdp=32,tensor=8); default: try all-FSDP and FSDP "
+                                                "with tensor (dense) or expert (MoE) parallelism")
+    p.add_argument("--seq", type=int, default=None, help="sequence length S")
+    p.add_argument("--global-batch", type=int, default=None,
+                   help="fix the global batch (the planner then chooses gradient accumulation); default: the largest "
+                        "each candidate fits")
+    p.add_argument("--objective", default="throughput", help="what to maximize: throughput (simulated TFLOP/s per GPU)")
+    p.add_argument("--host-pool-gib", type=int, default=None,
+                   help="the pinned host pool per GPU you will set (XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB); default: the "
+                        "plan sizes it, up to 75 %% of the host RAM behind each GPU")
+    p.add_argument("--max-compiles", type=int, default=4, help="finalists to compile and simulate (default 4)")
+    p.add_argument("--mem-fraction", type=float, default=targets.DEFAULT_MEM_FRACTION,
+                   help="XLA_PYTHON_CLIENT_MEM_FRACTION (default 0.75)")
+    p.add_argument("--xla-flags", default=None, help="the flag set to plan under (default maxtext_gpu); the planner "
+                                                     "turns pipelined host offloading on or off itself")
+    p.add_argument("--maxtext-yaml", metavar="OUT", help="also write the plan's MaxText overrides (YAML) to OUT")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(run=_plan)
     p = sub.add_parser("train", help="train a small model on this machine's devices (or as one process of a "
                                      "jax.distributed job set up by its environment), with Orbax checkpoints")
     p.add_argument("--model", default="tiny-llama", help="a model small enough for this machine (tiny-llama, tiny-deepseek)")

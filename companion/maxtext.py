@@ -4,8 +4,8 @@ a GPU run needs.
 
 Key names, values and defaults are MaxText's (``src/maxtext/configs/base.yml`` and
 ``configs/models/*.yml`` of AI-Hypercomputer/maxtext at e591f30, Aug 2026): ``remat_policy`` and the
-per-tensor keys of its ``custom`` policy, ``per_device_batch_size`` (global batch = it x every
-device), ``max_target_length``, the ``ici_*`` / ``dcn_*`` mesh keys, ``attention``,
+per-tensor keys of its ``custom`` policy, ``per_device_batch_size`` (one microbatch: global batch = it x every
+device x ``gradient_accumulation_steps``), ``max_target_length``, the ``ici_*`` / ``dcn_*`` mesh keys, ``attention``,
 ``sparse_matmul`` / ``megablox`` / ``capacity_factor`` (-1: dropless) / ``ragged_buffer_factor``,
 ``gradient_accumulation_steps``, ``optimizer_memory_host_offload``, ``parameter_memory_host_offload``.
 
@@ -76,12 +76,13 @@ class MaxTextRun:
         return {a: ici[a] * dcn[a] for a in LAB_AXES}
 
     def global_batch(self, num_devices: int) -> int:
-        """MaxText's global batch: per_device_batch_size x every device."""
-        batch = self.per_device_batch_size * num_devices
-        if batch != int(batch) or batch < 1:
-            raise ValueError(f"per_device_batch_size {self.per_device_batch_size:g} x {num_devices} GPUs = {batch:g} "
+        """MaxText's global batch: per_device_batch_size (one microbatch) x every device x
+        gradient_accumulation_steps (``global_batch_to_train`` in MaxText's configs/types.py)."""
+        micro = self.per_device_batch_size * num_devices
+        if micro != int(micro) or micro < 1:
+            raise ValueError(f"per_device_batch_size {self.per_device_batch_size:g} x {num_devices} GPUs = {micro:g} "
                              "is not a whole number of sequences")
-        return int(batch)
+        return int(micro) * self.state.gradient_accumulation_steps
 
 
 def _fill(axes: Mapping[str, int], total: int, group: str, what: str) -> dict[str, int]:
@@ -197,8 +198,15 @@ def overrides(cfg, policy, batch: int, seq: int, mesh: Mapping[str, int], num_de
         out["remat_policy"] = resolved.name
     else:  # the names this model emits; MaxText's defaults (remat; the layer input on device) cover the rest
         out["remat_policy"] = "custom"
-        out.update({k: v for k, v in resolved.to_custom_spec().items() if k in emitted})
-    out["per_device_batch_size"] = batch / num_devices if batch % num_devices else batch // num_devices
+        spec = {k: v for k, v in resolved.to_custom_spec().items() if k in emitted}
+        if spec.get("decoder_layer_input") == "remat":  # the scan carry is kept whatever a policy says
+            spec["decoder_layer_input"] = "device"
+        out.update(spec)
+    micro, n_acc = batch // state.gradient_accumulation_steps, state.gradient_accumulation_steps
+    if micro * n_acc != batch:
+        raise ValueError(f"batch {batch} is not {n_acc} equal microbatches (gradient_accumulation_steps)")
+    # MaxText's per_device_batch_size is one microbatch's: global = it x devices x accumulation steps
+    out["per_device_batch_size"] = micro / num_devices if micro % num_devices else micro // num_devices
     out["max_target_length"] = seq
     ici, dcn = split_mesh(mesh, min(gpus_per_host, num_devices))
     for axis in LAB_AXES:

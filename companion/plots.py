@@ -212,7 +212,12 @@ def flag_bars(rows, *, title: str = ""):
     left.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3)
     right.barh(y, [r["device peak GiB"] for r in rows], color=COLORS["activations"])
     right.set_xlabel("device peak (GiB)")
-    for ax in (left, right):
+    return _side_by_side(fig, (left, right), title)
+
+
+def _side_by_side(fig, axes, title: str):
+    """Two bar panels sharing their rows: a light grid along the bars, one title."""
+    for ax in axes:
         ax.grid(axis="x", alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()
@@ -276,5 +281,49 @@ def residual_bars(kept: Mapping[str, Sequence[str]], sizes: Mapping[str, int], *
     handles = [plt.Rectangle((0, 0), 1, 1, color=colors[n]) for n in names]
     ax.legend(handles, names, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    return fig
+
+
+def largest_batch_bars(rows: Sequence[Mapping], *, title: str = ""):
+    """Per policy: the largest batch that fits (sequences per GPU) and the simulated TFLOP/s per GPU
+    there, side by side; a policy that fits no batch shows an empty row marked "does not fit"."""
+    rows = list(rows)[::-1]
+    labels = [r["policy"] for r in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.36 * len(rows) + 1.4), sharey=True)
+    y = range(len(rows))
+    left.barh(y, [r["per GPU"] for r in rows], color=COLORS["activations"])
+    right.barh(y, [r["TFLOP/s per GPU"] for r in rows], color=EVENT_COLORS["compute"])
+    for i, r in enumerate(rows):
+        if not r["per GPU"]:
+            left.text(0, i, " does not fit", va="center", fontsize=8, color="#C44E52")
+        else:
+            right.text(r["TFLOP/s per GPU"], i, f" {r['TFLOP/s per GPU']:.0f}", va="center", fontsize=8)
+    left.set_yticks(list(y), labels)
+    left.set_xlabel("largest batch that compiles within usable HBM (sequences per GPU)")
+    right.set_xlabel("simulated TFLOP/s per GPU at that batch")
+    return _side_by_side(fig, (left, right), title)
+
+
+def step_bars(sims: Mapping[str, object], *, title: str = ""):
+    """Simulated steps (``schedule.StepSimulation``) as compute + exposed transfers + exposed
+    collectives, with each one's TFLOP/s per GPU at the end of its bar."""
+    labels = list(sims)[::-1]
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(labels) + 1.5))
+    for i, label in enumerate(labels):
+        s = sims[label]
+        parts = [(s.step_seconds - s.exposed_seconds, "compute", "compute"),
+                 (s.exposed_transfer_seconds, "wait-transfer", "exposed host transfers"),
+                 (s.exposed_collective_seconds + s.exposed_other_seconds, "collective", "exposed collectives")]
+        left = 0.0
+        for value, color, name in parts:
+            ax.barh(i, value, left=left, color=EVENT_COLORS[color], label=name if i == 0 else None)
+            left += value
+        ax.text(left, i, f"  {s.tflops_per_gpu:.0f} TFLOP/s", va="center", fontsize=9)
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_xlabel("simulated step (s)")
+    ax.set_xlim(0, 1.25 * max(s.step_seconds for s in sims.values()))
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=3)
+    ax.set_title(title)
     fig.tight_layout()
     return fig

@@ -158,3 +158,36 @@ def rules_of_thumb(rows_in: Mapping[str, tuple]) -> str:
             row[name + " + Korthikanti"] = f"{gib(p.device_bytes)} ({(p.device_bytes - truth) / truth:+.0%})"
         rows.append(row)
     return markdown(rows)
+
+
+def policy_budgets(budgets: Mapping[str, Any]) -> str:
+    """``{label: Budget}`` (with a target): device and host GiB per device, the verdict against usable
+    HBM, and the recompute each policy adds."""
+    rows = []
+    for label, b in budgets.items():
+        margin = b.margin_bytes
+        verdict = "" if margin is None else "fits" if margin >= 0 else f"over by {-margin / GiB:.1f}"
+        rows.append({"policy": label, "device GiB": f"{b.device_bytes / GiB:.1f}",
+                     "host GiB": f"{b.host_bytes / GiB:.1f}", "usable HBM": verdict,
+                     "recompute TFLOP": f"{b.recompute_flops / 1e12:,.0f}"})
+    return markdown(rows)
+
+
+def largest_batches(rows: Iterable[Mapping[str, Any]]) -> str:
+    """``plan.LargestBatch`` rows (as dicts, with a ``label``): the budget's largest batch, the
+    compiler's, the compiled peaks at it and one step further, and the simulated TFLOP/s there."""
+    out = []
+    for r in rows:
+        devices = 1
+        for size in r["mesh"].values():
+            devices *= size
+        out.append({"policy": r["label"], "budget B": r["budget_batch"], "compiled B": r["batch"],
+                    "per GPU": f"{r['batch'] / devices:g}",
+                    "peak GiB": f"{r['device_bytes'] / GiB:.1f}" if r["batch"] else "-",
+                    "next step GiB": f"{r['next_device_bytes'] / GiB:.1f}",
+                    "step s": f"{r['step_seconds']:.2f}" if r["batch"] else "-",
+                    "TFLOP/s per GPU": f"{r['tflops_per_gpu']:.0f}" if r["batch"] else "-",
+                    "exposed transfers s": f"{r['exposed_transfer_seconds']:.2f}" if r["batch"] else "-",
+                    "exposed collectives s": f"{r['exposed_collective_seconds']:.2f}" if r["batch"] else "-",
+                    "budget off by": f"{r['budget_off_by_steps']:+d} step(s)"})
+    return markdown(out)

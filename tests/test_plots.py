@@ -41,3 +41,27 @@ def test_residual_bars_stack_each_policys_tensors_at_their_sizes():
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.texts] == ["176", "32"]  # minimal (drawn first, top row last), full
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["decoder_layer_input", "query_proj", "mlpwi_0"]
+
+
+def test_largest_batch_bars_mark_the_policies_that_fit_nothing():
+    rows = [{"policy": "full", "per GPU": 9, "TFLOP/s per GPU": 519.0},
+            {"policy": "minimal", "per GPU": 0, "TFLOP/s per GPU": 0.0}]
+    fig = plots.largest_batch_bars(rows, title="t")
+    left, right = fig.axes
+    assert [t.get_text() for t in left.get_yticklabels()] == ["minimal", "full"]
+    assert [t.get_text().strip() for t in left.texts] == ["does not fit"]
+    assert [t.get_text().strip() for t in right.texts] == ["519"]
+
+
+def test_step_bars_split_each_step_and_label_its_throughput():
+    from companion.schedule import StepSimulation
+
+    def sim(step, transfers, collectives):
+        return StepSimulation("h100:1x8", "pcie5_x16", step, step - transfers - collectives, transfers, collectives,
+                              0.0, {}, {}, 400e12 * step, 0.0, 989e12, 0, 0, {})
+
+    fig = plots.step_bars({"full remat": sim(2.0, 0.0, 0.2), "offload": sim(2.5, 0.4, 0.1)})
+    ax = fig.axes[0]
+    widths = [p.get_width() for p in ax.patches]
+    assert sorted(round(w, 6) for w in widths if w) == [0.1, 0.2, 0.4, 1.8, 2.0]
+    assert [t.get_text().strip() for t in ax.texts] == ["400 TFLOP/s", "400 TFLOP/s"]
