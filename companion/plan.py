@@ -376,8 +376,8 @@ class Plan:
         c, k = self.candidate, self.chosen
         lines = [f"plan for {self.model} on {self.target}, S={self.seq}: {c.label()}",
                  f"  mesh {_mesh_text(self.mesh)}; searched {self.searched} candidates with the budget "
-                 f"({self.feasible} fit) in {self.search_seconds:.1f} s; compiled {len(self.finalists)} finalists; "
-                 f"{self.total_seconds:.1f} s in all",
+                 f"({self.feasible} fit) in {self.search_seconds:.1f} s (wall clock); compiled {len(self.finalists)} "
+                 f"finalist{'s' if len(self.finalists) != 1 else ''}; in all {self.total_seconds:.1f} s (wall clock)",
                  f"  device: predicted {c.device_bytes / GiB:.2f} GiB, compiled {k.device_bytes / GiB:.2f} GiB "
                  f"({k.prediction_error:+.1%}) of {self.usable_hbm_bytes / GiB:.2f} GiB usable; host "
                  f"{k.host_bytes / GiB:.2f} GiB (pool {self.host_pool_gib} GiB)",

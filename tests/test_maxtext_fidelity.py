@@ -162,14 +162,16 @@ def test_expert_parallel_dispatch_matches_one_device():
 
 def test_671b_dropless_step_counts_the_routed_flops_and_matches_the_budget():
     cfg = models.config("deepseek-v3-671b")
-    placement = compiler.place(targets.target("gb200", "16x4"), {"fsdp": 8, "expert": 8})
+    target = targets.target("gb200", "16x4")
+    placement = compiler.place(target, {"fsdp": 8, "expert": 8})
     r = train.compile_step(train.trainer(cfg, "minimal_offloaded"), placement, 64, 4096)
     module = r.module
     forward_moe = sum(hlo.dot_flops(module, i) * module.executions(i) for i in module.instructions()
                       if moe.GMM_SCOPE in i.op_name and hlo.phase_of(i.op_name) == "forward")
     routed = cfg.num_moe_layers * 2 * (64 * 4096 // 64) * cfg.moe.experts_per_token * cfg.expert_params()
     assert forward_moe == pytest.approx(routed, rel=0.10)  # not E times it, as a dense ragged_dot would be
-    b = budget.estimate(cfg, 64, 4096, "minimal_offloaded", {"fsdp": 8, "expert": 8})
+    # with the target: the scheduler's limit caps what XLA starts early (without one the budget is an upper bound)
+    b = budget.estimate(cfg, 64, 4096, "minimal_offloaded", {"fsdp": 8, "expert": 8}, target=target)
     assert b.device_bytes == pytest.approx(r.device.peak_bytes, rel=0.03)
     assert b.host_bytes == r.host.temp_bytes
 
