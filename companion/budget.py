@@ -340,12 +340,12 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
         if base - static_dev + sum(t.bytes for t in loss) + early.bytes <= limit:
             layer.append(early)
             loss.append(early)
+    tail = tail_layers(flag_set, bool(residual_host))
     phases = {
         "loss": loss,
         "layer backward": layer,
         "backward end": _backward_end_terms(layer, D, V),
-        "optimizer update": _update_terms(state, param_bytes, moments, specs, shards, cfg, mesh, A,
-                                          tail_layers(flag_set, bool(residual_host))),
+        "optimizer update": _update_terms(state, param_bytes, moments, specs, shards, cfg, mesh, A, tail),
     }
     if moe_peeled:
         # the second peeled layer's zero-filled buffers start as early as the scheduler's limit allows
@@ -357,7 +357,6 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
             "moe_peeled_second", "MoE layer before it (peeled too): its zero-filled buffers, started early "
             "(as far as the scheduler's memory limit allows)", room, "device", "transient",
             "min(" + zeros.formula + ", scheduler limit - the rest)", "working")]
-    tail = tail_layers(flag_set, bool(residual_host))
     if tail > 1 and not graphs[0][2]:
         transposes_dev = transposes.bytes if transposes is not None else 0
         phases["loop tail"] = _loop_tail_terms(layer, graphs[0][3], A, limit, base - static_dev - transposes_dev)

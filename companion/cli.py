@@ -168,15 +168,12 @@ def _maxtext_out(args, cfg, target, mesh, flag_set, state, host_bytes: int) -> d
     if getattr(args, "maxtext_run", None) is not None:
         out["not_modelled"] = list(args.maxtext_run.not_modelled)
     if getattr(args, "maxtext_yaml", None):
-        import math
-
         from . import maxtext
 
         values = maxtext.overrides(cfg, args.policy, args.batch, args.seq, mesh, target.num_devices,
                                    target.topology.gpus_per_host, state)
-        pool = math.ceil(host_bytes / 2**30) if host_bytes else None
         exported = xla_flags.export(flag_set, mem_fraction=target.mem_fraction,
-                                    host_pool_gib=max(pool, 64) if pool else None)
+                                    host_pool_gib=targets.host_pool_gib(host_bytes) if host_bytes else None)
         env = {**exported["env"], "XLA_FLAGS": exported["XLA_FLAGS"]}
         Path(args.maxtext_yaml).write_text(maxtext.to_yaml(values))
         out.update({"yaml": args.maxtext_yaml, "overrides": values, "environment": env,

@@ -32,11 +32,10 @@ the rest is left to the OS, the input pipeline and checkpointing.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Mapping
 
 from . import budget as budget_lib
-from . import compiler, schedule, sharding, train
+from . import compiler, schedule, sharding, targets, train
 from . import flags as xla_flags
 from .models import configs as model_configs
 from .targets import GiB, Target
@@ -75,26 +74,31 @@ class LargestBatch:
         return {**dataclasses.asdict(self), "budget_off_by_steps": self.budget_off_by_steps}
 
 
+def _largest(fits, step: int, top: int = MAX_PER_SHARD) -> int:
+    """The largest multiple k x step (k <= top) with fits(k x step), fits being monotone; 0 if none."""
+    if not fits(step):
+        return 0
+    low, high = 1, 2
+    while high <= top and fits(high * step):
+        low, high = high, high * 2
+    if high > top:
+        return low * step
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid * step) else (low, mid)
+    return low * step
+
+
 def budget_largest_batch(cfg, target: Target, seq: int, policy, mesh: Mapping[str, int],
                          state: train.StateConfig = train.StateConfig(), flags=None) -> int:
     """The largest global batch (a multiple of the batch ways and of the accumulation steps) the
     budget fits under usable HBM; 0 when even the smallest does not."""
     step = sharding.batch_ways(mesh) * state.gradient_accumulation_steps
 
-    def fits(k: int) -> bool:
-        return budget_lib.estimate(cfg, k * step, seq, policy, mesh, target=target, state=state, flags=flags).fits
+    def fits(batch: int) -> bool:
+        return budget_lib.estimate(cfg, batch, seq, policy, mesh, target=target, state=state, flags=flags).fits
 
-    if not fits(1):
-        return 0
-    low, high = 1, 2
-    while high <= MAX_PER_SHARD and fits(high):  # grow until it does not fit, then bisect
-        low, high = high, high * 2
-    if high > MAX_PER_SHARD:
-        return low * step
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if fits(mid) else (low, mid)
-    return low * step
+    return _largest(fits, step)
 
 
 def largest_batch(model, target: Target, seq: int, policy="full", mesh: Mapping[str, int] | str | None = None,
@@ -138,7 +142,6 @@ def largest_batch(model, target: Target, seq: int, policy="full", mesh: Mapping[
 # low as often as high): candidates within it of usable HBM are left to the next batch step down
 BUDGET_MARGIN = 0.02
 HOST_RAM_SHARE = 0.75  # of the host RAM behind a GPU the pinned pool may take (an assumption: module docstring)
-DEFAULT_HOST_POOL_GIB = 64  # XLA's pinned pool per GPU without XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB
 STATE_CHOICES = (train.StateConfig(), train.StateConfig(optimizer_memory_host_offload=True),
                  train.StateConfig(optimizer_memory_host_offload=True, parameter_memory_host_offload=True))
 PIPELINED_FLAG = xla_flags.PIPELINED_HOST_OFFLOADING
@@ -324,8 +327,7 @@ class Plan:
     def host_pool_gib(self) -> int:
         """``XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB`` for the plan: its compiled host bytes with 10 % to spare,
         never below XLA's default pool, never above the host limit."""
-        need = math.ceil(1.1 * self.chosen.host_bytes / GiB)
-        return max(DEFAULT_HOST_POOL_GIB, min(need, self.host_limit_bytes // GiB))
+        return targets.host_pool_gib(self.chosen.host_bytes, spare=0.1, limit_bytes=self.host_limit_bytes)
 
     @property
     def policy_name(self) -> str | None:
@@ -416,21 +418,6 @@ def mesh_candidates(cfg, target: Target) -> list[dict[str, int]]:
             if n % e == 0 and n > e and cfg.moe.num_experts % e == 0:
                 meshes.append(sharding.parse_mesh({"fsdp": n // e, "expert": e}, n))
     return meshes
-
-
-def _largest(fits, step: int, top: int = MAX_PER_SHARD) -> int:
-    """The largest multiple k x step (k <= top) with fits(k x step), fits being monotone; 0 if none."""
-    if not fits(step):
-        return 0
-    low, high = 1, 2
-    while high <= top and fits(high * step):
-        low, high = high, high * 2
-    if high > top:
-        return low * step
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if fits(mid * step) else (low, mid)
-    return low * step
 
 
 def _order(cfg, seq: int, mesh, target: Target) -> tuple[list[str], dict, list[TensorChoice]]:
@@ -560,10 +547,8 @@ def search(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None
                         batch = _largest(fits, step)
                     if not batch:
                         continue
-                    b = budget_at(batch)
-                    feasible.append((m, Candidate(spec, batch, offloads, state, b.device_bytes, b.host_bytes,
-                                                  b.step_flops, b.recompute_flops,
-                                                  estimate_seconds(b, cfg, target, m, seq))))
+                    feasible.append((m, _priced(Candidate(spec, batch, offloads, state, 0, 0, 0.0, 0.0, 0.0),
+                                                budget_at(batch), cfg, target, m, seq)))
     if not feasible:
         raise ValueError(f"no configuration of {cfg.name} fits {target.name} at S={seq} by the budget (usable HBM "
                          f"{usable / GiB:.1f} GiB at XLA_PYTHON_CLIENT_MEM_FRACTION={target.mem_fraction:g}, host "
@@ -620,8 +605,7 @@ def plan(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None =
     if twin is not None and max_compiles > 1:  # the same plan without pipelined offload, for comparison
         m, c = twin
         b = budget_lib.estimate(cfg, c.batch, seq, c.policy, m, target=target, state=c.state, flags=flag_sets[False])
-        check(m, dataclasses.replace(c, pipelined=False, device_bytes=b.device_bytes, host_bytes=b.host_bytes,
-                                     estimated_seconds=estimate_seconds(b, cfg, target, m, seq)))
+        check(m, _priced(dataclasses.replace(c, pipelined=False), b, cfg, target, m, seq))
     fitting = [(m, k) for m, k in checked if k.fits]
     if not fitting:
         raise ValueError(f"none of the {len(checked)} finalists of {cfg.name} on {target.name} fits once compiled "
@@ -632,6 +616,13 @@ def plan(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None =
     return Plan(cfg.name, target.name, n, target.topology.gpus_per_host, seq, mesh_, target.mem_fraction, usable,
                 host_limit, best, tuple(k for _, k in checked), tuple(tensors), found.searched, len(feasible),
                 found.seconds, time.perf_counter() - t0, flag_sets[best.candidate.pipelined], cfg)
+
+
+def _priced(c: Candidate, b: budget_lib.Budget, cfg, target: Target, mesh, seq: int) -> Candidate:
+    """``c`` with the budget's memory, FLOPs and analytic step time at its batch, state and flags."""
+    return dataclasses.replace(c, device_bytes=b.device_bytes, host_bytes=b.host_bytes, step_flops=b.step_flops,
+                               recompute_flops=b.recompute_flops,
+                               estimated_seconds=estimate_seconds(b, cfg, target, mesh, seq))
 
 
 def _check(cfg, target, seq, mesh, c: Candidate, flag_set, usable: int, host_limit: int) -> Checked:
@@ -647,9 +638,7 @@ def _check(cfg, target, seq, mesh, c: Candidate, flag_set, usable: int, host_lim
             break
         smaller = c.batch - step
         b = budget_lib.estimate(cfg, smaller, seq, c.policy, mesh, target=target, state=c.state, flags=flag_set)
-        c = dataclasses.replace(c, batch=smaller, device_bytes=b.device_bytes, host_bytes=b.host_bytes,
-                                step_flops=b.step_flops, recompute_flops=b.recompute_flops,
-                                estimated_seconds=estimate_seconds(b, cfg, target, mesh, seq))
+        c = _priced(dataclasses.replace(c, batch=smaller), b, cfg, target, mesh, seq)
     sim = schedule.simulate(report, target)
     checks = report.offload.checks
     return Checked(c, report.device.peak_bytes, report.host.total_bytes, fits, sim.step_seconds, sim.tflops_per_gpu,

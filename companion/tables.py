@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import hlo, targets
@@ -178,9 +179,7 @@ def largest_batches(rows: Iterable[Mapping[str, Any]]) -> str:
     compiler's, the compiled peaks at it and one step further, and the simulated TFLOP/s there."""
     out = []
     for r in rows:
-        devices = 1
-        for size in r["mesh"].values():
-            devices *= size
+        devices = math.prod(r["mesh"].values())
         out.append({"policy": r["label"], "budget B": r["budget_batch"], "compiled B": r["batch"],
                     "per GPU": f"{r['batch'] / devices:g}",
                     "peak GiB": f"{r['device_bytes'] / GiB:.1f}" if r["batch"] else "-",

@@ -604,6 +604,7 @@ def target(gpu_key: str | Gpu = "h100", topology_spec: str | int | Topology | No
 # ----------------------------------------------------------------------------- pinned host memory
 
 HOST_POOL_ENV = "XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB"
+DEFAULT_HOST_POOL_GIB = 64  # XLA's pinned pool per GPU without the variable (gpu_helpers.cc at 5a9e73cb)
 
 
 def pinned_host_pool_bytes(environ=None) -> int:
@@ -624,4 +625,13 @@ def pinned_host_pool_bytes(environ=None) -> int:
             raise ValueError(f"bad {HOST_POOL_ENV}={value!r}: XLA reads a whole number of GiB")
         return int(value) * GiB
     preallocate = env.get("XLA_PJRT_GPU_HOST_MEMORY_PREALLOCATE", "false").lower() in ("1", "true")
-    return (16 if preallocate else 64) * GiB
+    return (16 if preallocate else DEFAULT_HOST_POOL_GIB) * GiB
+
+
+def host_pool_gib(host_bytes: int, spare: float = 0.0, limit_bytes: int | None = None) -> int:
+    """The ``XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB`` that holds ``host_bytes`` per GPU with ``spare`` to
+    spare (whole GiB, as XLA reads it), never below XLA's default pool, never above ``limit_bytes``."""
+    need = math.ceil((1 + spare) * host_bytes / GiB)
+    if limit_bytes is not None:
+        need = min(need, limit_bytes // GiB)
+    return max(DEFAULT_HOST_POOL_GIB, need)
