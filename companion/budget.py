@@ -42,17 +42,26 @@ gradient and the update's host copies: the phases above that sit after the loop 
 
 The latency-hiding scheduler keeps some buffers alive longer while it is under its memory limit
 (extra fp32 score copies, offloaded moments brought in early): where it is, the budget says so.
-Known gaps (``benchmarks/results/budget.json`` lists every configuration): steps far over usable
-HBM, where XLA's scheduler is past its memory limit and serializes or keeps buffers as no fitting
-schedule does (DeepSeek-V3 layer stacks on one B200 host or 8 GH200: up to +18 %); a few
-configurations that fit are off by 4–8 % (the 70B's custom policy under tensor parallelism, the 8B
-with parameters offloaded, pipelined offload: XLA keeps one more buffer than modelled); with the
-moments on the device and far over the scheduler's limit, XLA may compute the head's weight
-gradient before the layer loop instead of after it (Llama 3.1 405B on 256 H100, S=8192, "full",
-fsdp=256 or fsdp=128,tensor=2: +12 % and +4 %; the condition is not modelled); at the scheduler's
-limit (DeepSeek-V3 on 256-512 GB200, one sequence per GPU), the heap's fragmentation: 5-8 GiB
-(-2 to -5 %) that the live buffers do not show; tiny models,
-whose fixed-size buffers (cuBLAS workspaces, MBs) dominate and are not modelled.
+Known gaps (``benchmarks/results/budget.json`` lists every configuration):
+
+* the heap's fragmentation at the scheduler's limit: DeepSeek-V3 at one sequence per GPU on 512
+  GB200 (fsdp=64, expert=8) compiles to a temp allocation 6.5-7.7 GiB above the bytes live at its
+  peak ("full", qkv_proj_offloaded, moments offloaded), which the budget matches within 0.3 %: the
+  compiled step is 5-6 % above the budget;
+* the capacity dispatch at real size (DeepSeek-V3 on 512 GB200: -43 %): the combine's gather from
+  every expert shard (``[expert, b, S, k, D]``), u32 scatter buffers and the expert weights'
+  copies are not modelled (MaxText's GPU default, the dropless path, is);
+* gradient accumulation with a dropless MoE, over usable HBM: the double-buffered microbatch loop
+  hoists the peeled MoE layers' zero-filled buffers; the budget counts two sets, which is what
+  the compiled peak holds on 64 GB200 (+6 %: it peaks in the layer loop), while on 512 GB200 it
+  peaks in the peeled layers with all four sets live (-17 %);
+* XLA keeping one more buffer than modelled with pipelined host offloading (-6 %), and the loss
+  phase under tensor parallelism (Llama 3.1 8B, fsdp=4,tensor=2: +7 %);
+* with the moments on the device and far over the scheduler's limit, XLA may compute the head's
+  weight gradient before the layer loop instead of after it (Llama 3.1 405B on 256 H100, S=8192,
+  "full", fsdp=256 or fsdp=128,tensor=2: +12 % and +4 %; Llama 3.1 70B, fsdp=8,tensor=8: +4 %;
+  the condition is not modelled);
+* tiny models, whose fixed-size buffers (cuBLAS workspaces, MBs) dominate and are not modelled.
 
 Per-device sizes: ``b = B / (data x fsdp x expert)`` sequences; heads, MLP width and vocabulary
 divided by ``tensor``; parameters by the sharding rules.
@@ -330,6 +339,16 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
     # that decides whether the moments come early (compiled: DeepSeek-V3 on 128 GB200, fsdp=16, B = 128,
     # moments offloaded: they do not)
     moe_peeled = _peeled_moe_terms(cfg, graphs, layer, A, flag_set)
+    if moe_peeled and n_acc > 1 and double_buffered:
+        # the microbatch loop is unrolled by two too: each copy of the step's body hoists its own
+        # zero-filled buffers. Compiled (jaxlib 0.10.2, DeepSeek-V3 671B, two microbatches of one
+        # sequence per GPU): on 64 GB200 (fsdp=8) two sets are live at the peak, in the layer loop;
+        # on 512 GB200 (fsdp=64) the peak is in the peeled layers instead, with all four peeled
+        # layers' sets (without their fp32 weight gradients) live — not modelled (module docstring)
+        zeros = moe_peeled[0]
+        moe_peeled = moe_peeled + [Term("moe_tail_zeros_second_microbatch", "the second microbatch's copy of them "
+                                        "(double-buffered accumulation loop)", zeros.bytes, "device", "transient",
+                                        "= " + zeros.formula.split(" (R =")[0], "working")]
     loss += moe_peeled
     # ... unless the layer loop moves offloaded residuals itself: then the moments' copies are not
     # started before the loop is over (compiled: Llama 3.1 405B, 256 H100, fsdp=256, activations
@@ -366,6 +385,19 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
             "peeled MoE backward": ("gradients",),
             "optimizer update": ("gradient_transposes", "residuals", "pipelined_offload",
                                  "residuals_second_microbatch")}
+    if state.parameter_memory_host_offload and not state.optimizer_memory_host_offload and n_acc == 1:
+        # the parameters' copies to the device for the update start after the layer loop, while the
+        # head's weight gradient is computed (the saved activations are gone by then) — when they
+        # fit under the scheduler's limit. Compiled (jaxlib 0.10.2, Llama 3.1 8B on 8 H100, fsdp=8,
+        # B=8, S=4096): the step peaks there, with the layers' MLP weights, the embedding and the
+        # head arriving next to the head's fp32 weight gradient and the loss gradient it reads
+        arriving = Term("params_early", "parameters brought to the device early (for the update)", param_bytes,
+                        "device", "transient", f"params x {W} B / sharding", "parameters")
+        after_loop = base - static_dev - sum(t.bytes for t in terms if t.key in ("gradient_transposes", "residuals")
+                                             and t.space == "device")
+        if limit is None or after_loop + sum(t.bytes for t in phases["backward end"]) + arriving.bytes <= limit:
+            phases["backward end"] = phases["backward end"] + [arriving]
+            gone["backward end"] = ("gradient_transposes", "residuals")
     if state.optimizer_memory_host_offload and not state.parameter_memory_host_offload:
         # the moments' copies to the device start while the last (peeled) layer's backward still
         # runs: the saved activations it reads are still there — when that about fits under the
@@ -453,12 +485,18 @@ def _peeled_moe_terms(cfg, graphs, layer: list[Term], A: int, flag_set) -> list[
                   zero, "device", "transient",
                   f"(4 x R + 2 x {recv} received + 2 x {rows} rows) x D x {A} B + 3 x R x F_e x {A} B "
                   f"+ 3 x E_local x D x F_e x 4 B (R = {R})", "working")]
-    if cfg.attention == "flash" and attention_kernel(cfg) != "cudnn":
-        qk, vd = (cfg.mla.qk_head_dim, cfg.mla.v_head_dim) if cfg.mla is not None else (z.dh, z.dh)
-        terms.append(Term("tail_flash_zeros", "top-level layers after the loop: flash backward's fp32 accumulators "
-                          "(3 layers)", 3 * z.b * z.S * z.H * (2 * qk + 2 * vd) * 4, "device", "transient",
-                          "3 x b x S x H/tensor x (2 d_qk + 2 d_v) x 4 B", "working"))
-    return terms
+    return terms + _top_level_flash_zeros(cfg, z)
+
+
+def _top_level_flash_zeros(cfg, z: LayerSizes) -> list[Term]:
+    """The lab's flash backward's fp32 accumulators (dQ, dK, dV, the fp32 output) of the three layers
+    XLA runs at the step's top level after a routed layer loop, zero-filled at the step's start."""
+    if cfg.attention != "flash" or attention_kernel(cfg) == "cudnn":
+        return []
+    qk, vd = (cfg.mla.qk_head_dim, cfg.mla.v_head_dim) if cfg.mla is not None else (z.dh, z.dh)
+    return [Term("tail_flash_zeros", "top-level layers after the loop: flash backward's fp32 accumulators "
+                 "(3 layers)", 3 * z.b * z.S * z.H * (2 * qk + 2 * vd) * 4, "device", "transient",
+                 "3 x b x S x H/tensor x (2 d_qk + 2 d_v) x 4 B", "working")]
 
 
 def _backward_end_terms(layer: list[Term], D: int, V: int) -> list[Term]:
@@ -644,18 +682,40 @@ def _layer_backward_terms(cfg, pol, graphs, b, S, D, V, A, mesh, specs, shards, 
                             3 * El * D * Fe * (4 + 2 * A), "device", "transient",
                             "3 x E_local x D x F_e x (4 + 2 x 2) B", "working"))
         if routed and cfg.moe.dispatch == "capacity":
+            # at the peak (the recompute of a layer's attention, the other layer of the double-buffered
+            # loop in its MoE backward): the slots' hidden tensors, four [G, E_local x C, D] dispatch
+            # buffers and the scatter's zero-filled one (32-bit words, all E x C slots of the device's
+            # sequences); the combine's gather of [S, k, D] rows from every expert shard and its
+            # transpose, a scatter-add; two layers' expert weights in the compute dtype (gathered under
+            # FSDP); and, as with the dropless MoE, the top-level layers' zero-filled flash accumulators.
+            # Compiled (jaxlib 0.10.2, DeepSeek-V3 671B, one sequence per GPU, expert=8: fsdp=8 on 64
+            # GB200 and fsdp=64 on 512, ``benchmarks/bench_budget.py``)
             rows = z.groups_per_device * z.experts * z.capacity
-            mlp.append(Term("moe_hidden", f"{label}: routed experts' hidden tensors", 3 * rows * z.expert_F * A,
-                            "device", "transient", f"3 x G x E x C x F_e x {A} B", "working"))
-            mlp.append(Term("moe_dispatch", f"{label}: dispatched tokens", 2 * rows * D * A, "device",
-                            "transient", f"2 x G x E x C x D x {A} B", "working"))
+            El, Fe, k = z.experts, z.expert_F, z.topk
+            mlp.append(Term("moe_hidden", f"{label}: routed experts' hidden tensors", 3 * rows * Fe * A,
+                            "device", "transient", f"3 x G x E_local x C x F_e x {A} B", "working"))
+            mlp.append(Term("moe_dispatch", f"{label}: dispatched slots (4) and the scatter's zero-filled buffer",
+                            rows * D * (4 * A + 4), "device", "transient",
+                            f"G x E_local x C x D x (4 x {A} + 4) B (G = {z.groups_per_device} sequences, "
+                            f"C = {z.capacity} slots)", "working"))
+            mlp.append(Term("moe_combine", f"{label}: the combine's gather from every expert shard and its transpose",
+                            2 * z.groups_per_device * S * k * D * A, "device", "transient",
+                            f"2 x G x S x k x D x {A} B", "working"))
+            mlp.append(Term("moe_weights", f"{label}: expert weights in the compute dtype (2 layers)",
+                            2 * 3 * El * D * Fe * A, "device", "transient", f"2 x 3 x E_local x D x F_e x {A} B",
+                            "working"))
+            if flags.get("xla_gpu_enable_while_loop_double_buffering"):
+                mlp += _top_level_flash_zeros(cfg, z)
         if routed:
             if z.shared_F:
                 mlp.append(Term("shared_hidden", f"{label}: shared expert's hidden tensors",
                                 4 * z.b * S * z.shared_F * A, "device", "transient",
                                 f"4 x b x S x F_shared x {A} B", "working"))
         else:
-            n_mlp = 1 if tensor > 1 else 4 if {"gate", "up"} & recomputed_keys else 3
+            # the recomputed gate and up, the down projection's input gradient and the fused multiply's
+            # three outputs; without tensor parallelism one of the recomputed pair is already gone
+            recomputed_mlp = bool({"gate", "up"} & recomputed_keys)
+            n_mlp = (6 if recomputed_mlp else 3) if tensor > 1 else (4 if recomputed_mlp else 3)
             mlp.append(Term("mlp_hidden", f"{label}: MLP hidden tensors ({n_mlp})", n_mlp * z.b * S * z.F * A,
                             "device", "transient", f"{n_mlp} x b x S x F/tensor x {A} B", "working"))
         # FSDP: the layer's weights gathered in the compute dtype; with pipelined all-gathers and
@@ -672,7 +732,9 @@ def _layer_backward_terms(cfg, pol, graphs, b, S, D, V, A, mesh, specs, shards, 
         else:
             weights = Term("layer_weights", f"{label}: layer weights in compute dtype", 0, "device", "transient",
                            "no FSDP: the parameters' own buffers", "working")
-        scratch, scratch_text = (4 * A, "4 bf16") if tensor > 1 else (4 + 2 * A, "1 fp32 + 2 bf16")
+        # under tensor parallelism the residual stream's gradient in fp32 (before its reduction over
+        # `tensor`) and four [b, S, D] partial sums and converts in the compute dtype
+        scratch, scratch_text = (4 + 4 * A, "1 fp32 + 4 bf16") if tensor > 1 else (4 + 2 * A, "1 fp32 + 2 bf16")
         terms = [
             Term("attention", f"{label}: attention backward ({cfg.attention})", attention_bytes, "device", "transient",
                  attention_formula, "working"),

@@ -138,7 +138,7 @@ def largest_batch(model, target: Target, seq: int, policy="full", mesh: Mapping[
 
 # ----------------------------------------------------------------------------- the planner
 
-# the budget's own error (benchmarks/results/budget.json: median 1.9 % among real-size steps that fit,
+# the budget's own error (benchmarks/results/budget.json: median 1.6 % among real-size steps that fit,
 # low as often as high): candidates within it of usable HBM are left to the next batch step down
 BUDGET_MARGIN = 0.02
 HOST_RAM_SHARE = 0.75  # of the host RAM behind a GPU the pinned pool may take (an assumption: module docstring)

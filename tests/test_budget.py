@@ -200,6 +200,51 @@ def test_offloaded_moments_wait_for_the_backward_pass_when_far_over_the_schedule
     assert b.device_bytes == pytest.approx(r.device.peak_bytes, rel=0.06), b.table()
 
 
+def test_405b_tensor_parallel_layer_backward_matches_the_compiler():
+    """405B on 64 H100, fsdp=8,tensor=8, B=64, S=4096, "full": under tensor parallelism a layer's backward
+    holds six [b, S, F/tensor] MLP tensors and 1 fp32 + 4 bf16 [b, S, D] of scratch (compiled live buffers)."""
+    from companion import compiler, targets, train
+
+    target, mesh = targets.target("h100", 64), {"fsdp": 8, "tensor": 8}
+    r = train.compile_step(train.trainer("llama3.1-405b", "full"), compiler.place(target, mesh), 64, 4096)
+    b = budget.estimate("llama3.1-405b", 64, 4096, "full", mesh, target=target)
+    terms = {t.key: t for t in b.terms}
+    assert b.peak_phase == "layer backward" and "(6)" in terms["mlp_hidden"].label
+    assert terms["scratch"].bytes == 8 * 4096 * 16384 * (4 + 4 * 2)  # b = 64 / fsdp
+    assert b.device_bytes == pytest.approx(r.device.peak_bytes, rel=0.03), b.table()
+
+
+def test_offloaded_parameters_arrive_while_the_heads_gradient_is_computed():
+    """8B on 8 H100, fsdp=8, parameters on the host: their copies for the update start after the layer
+    loop, next to the head's fp32 weight gradient; the step peaks there (compiled)."""
+    from companion import compiler, targets, train
+
+    target, state = targets.target("h100", 8), train.StateConfig(parameter_memory_host_offload=True)
+    r = train.compile_step(train.trainer("llama3.1-8b", "full", state=state), compiler.place(target, {"fsdp": 8}),
+                           8, 4096)
+    b = budget.estimate("llama3.1-8b", 8, 4096, "full", {"fsdp": 8}, target=target, state=state)
+    assert b.peak_phase == "backward end" and "params_early" in {t.key for t in b.terms}
+    assert "residuals" not in {t.key for t in b.terms}  # the saved activations are gone by then
+    assert b.device_bytes == pytest.approx(r.device.peak_bytes, rel=0.03), b.table()
+    assert abs(b.host_bytes - (r.host.temp_bytes + r.host.argument_bytes)) <= 16
+
+
+def test_accumulation_doubles_the_peeled_moe_layers_zero_filled_buffers():
+    """DeepSeek-V3 on 512 GB200, two microbatches: the double-buffered microbatch loop hoists each copy's
+    zero-filled buffers (the compile, 203.4 GiB, peaks with all four peeled layers' sets live; the budget
+    counts two and is 17 % under it: the module docstring's known gaps)."""
+    from companion import targets, train
+
+    target, mesh = targets.target("gb200", 512), {"fsdp": 64, "expert": 8}
+    one = budget.estimate("deepseek-v3-671b", 512, 4096, "full", mesh, target=target)
+    two = budget.estimate("deepseek-v3-671b", 1024, 4096, "full", mesh, target=target,
+                          state=train.StateConfig(gradient_accumulation_steps=2))
+    zeros = {t.key: t.bytes for t in two.phase_terms("peeled MoE backward")}
+    assert zeros["moe_tail_zeros_second_microbatch"] == zeros["moe_tail_zeros"] > 0
+    assert "moe_tail_zeros_second_microbatch" not in {t.key for t in one.phase_terms("peeled MoE backward")}
+    assert one.device_bytes < two.device_bytes < 203.4 * GiB
+
+
 # Compiled peaks (GiB, jaxlib 0.10.2, compile-only GB200 targets at XLA_PYTHON_CLIENT_MEM_FRACTION=0.85):
 # DeepSeek-V3 671B, S=4096, mesh fsdp=N/8,expert=8, one or two sequences per GPU
 _DEEPSEEK_GB200 = [(512, "fsdp=64,expert=8", 512, "full", None, 154.66),
@@ -226,3 +271,25 @@ def test_deepseek_peeled_moe_layers_against_recorded_compiles(devices, mesh, bat
     assert b.device_bytes / GiB == pytest.approx(compiled, rel=0.06), b.table()
     if compiled * GiB > 1.2 * b.usable_hbm_bytes:  # B = 1024: far over usable HBM, as the compile says
         assert not b.fits
+
+
+# Compiled peaks (GiB, jaxlib 0.10.2, compile-only GB200 targets, MaxText's flags): DeepSeek-V3 671B with
+# the capacity dispatch (capacity factor 1.25), S=4096, one sequence per GPU, expert=8
+_DEEPSEEK_CAPACITY = [(64, "fsdp=8,expert=8", 222.83, 0.01), (512, "fsdp=64,expert=8", 60.97, 0.15)]
+
+
+@pytest.mark.parametrize("devices, mesh, compiled, rel", _DEEPSEEK_CAPACITY)
+def test_capacity_dispatch_layer_backward_against_recorded_compiles(devices, mesh, compiled, rel):
+    """The capacity MoE's layer backward: four dispatch buffers and the scatter's zero-filled one, the
+    combine's gather and its transpose, two layers' expert weights in bf16, the top-level layers' flash
+    accumulators. No compile (~60 s each): recorded peaks. On 64 GB200 the budget matches; on 512 the
+    compile is 14 % above it (the module docstring's known gaps), where it was 43 % before these terms."""
+    from companion import targets
+
+    cfg = models.config("deepseek-v3-671b").with_moe(dispatch="capacity")
+    target = targets.target("gb200", devices)
+    b = budget.estimate(cfg, devices, 4096, "full", sharding.parse_mesh(mesh, devices), target=target)
+    assert b.peak_phase == "layer backward"
+    assert {"moe_dispatch", "moe_combine", "moe_weights", "tail_flash_zeros"} <= {t.key for t in b.terms}
+    assert b.device_bytes / GiB == pytest.approx(compiled, rel=rel), b.table()
+    assert b.device_bytes / GiB <= compiled * 1.01
