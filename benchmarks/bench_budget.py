@@ -1,6 +1,6 @@
 """Accuracy of the analytic HBM budget against XLA, and of the rules of thumb, on a grid.
 
-    .venv/bin/python benchmarks/bench_budget.py            # the whole grid (~20 minutes on 2 cores)
+    .venv/bin/python benchmarks/bench_budget.py            # the whole grid (~14 minutes on 2 cores)
     .venv/bin/python benchmarks/bench_budget.py --quick    # every 4th configuration
 
 For each configuration the full train step is compiled for the GPU target (compile-only) and

@@ -349,7 +349,7 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
         zeros = moe_peeled[0]
         moe_peeled = moe_peeled + [Term("moe_tail_zeros_second_microbatch", "the second microbatch's copy of them "
                                         "(double-buffered accumulation loop)", zeros.bytes, "device", "transient",
-                                        "= " + zeros.formula.split(" (R =")[0], "working")]
+                                        "= " + zeros.formula, "working")]
     loss += moe_peeled
     # ... unless the layer loop moves offloaded residuals itself: then the moments' copies are not
     # started before the loop is over (compiled: Llama 3.1 405B, 256 H100, fsdp=256, activations
