@@ -76,6 +76,7 @@ GRID = [
     Case("llama3.1-8b", "full", 8, 4096, "b200:1x8", "fsdp=8"),
     Case("llama3.1-8b", "full", 32, 4096, "h100:1x8", "fsdp=8", state=ACC4),
     Case("llama3.1-8b", "minimal", 16, 4096, "h100:1x8", "fsdp=8", state=ACC2),
+    Case("llama3.1-8b", "full", 16, 8192, "h100:1x8", "fsdp=8", state=ACC2),
     Case("llama3.1-8b", "full", 8, 4096, "h100:1x8", "fsdp=8", state=OPT_HOST),
     Case("llama3.1-8b", "full", 8, 4096, "h100:1x8", "fsdp=8", state=PARAMS_HOST),
     Case("llama3.1-8b", "minimal_offloaded", 8, 4096, "h100:1x8", "fsdp=8", flags=PIPELINED),

@@ -16,10 +16,13 @@ def test_the_largest_batch_compiles_at_that_batch_and_not_at_the_next():
 
 
 def test_the_budget_search_steps_by_batch_ways_and_accumulation():
-    acc = train.StateConfig(gradient_accumulation_steps=2)
-    one = plan.budget_largest_batch("llama3.1-8b", H100, 4096, "full", {"fsdp": 8})
-    two = plan.budget_largest_batch("llama3.1-8b", H100, 4096, "full", {"fsdp": 8}, acc)
-    assert one % 8 == 0 and two % 16 == 0 and two > one  # accumulation holds one microbatch's activations
+    """Accumulation holds fewer sequences' activations: MaxText's double-buffered microbatch loop keeps two
+    microbatches in flight (and a third fp32 logits-sized buffer at the loss), so at S = 4096 two
+    microbatches fit no larger a batch than one, and four fit twice as many."""
+    one, two, four = (plan.budget_largest_batch("llama3.1-8b", H100, 4096, "full", {"fsdp": 8},
+                                                train.StateConfig(gradient_accumulation_steps=n)) for n in (1, 2, 4))
+    assert one % 8 == 0 and two % 16 == 0 and four % 32 == 0
+    assert two == one and four == 2 * one
     assert plan.budget_largest_batch("llama3.1-405b", H100, 4096, "full", {"fsdp": 8}) == 0  # states alone overflow
 
 
