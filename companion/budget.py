@@ -739,7 +739,9 @@ def _layer_backward_terms(cfg, pol, graphs, b, S, D, V, A, mesh, specs, shards, 
             mlp.append(Term("mlp_hidden", f"{label}: MLP hidden tensors ({n_mlp})", n_mlp * z.b * S * z.F * A,
                             "device", "transient", f"{n_mlp} x b x S x F/tensor x {A} B", "working"))
         # FSDP: the layer's weights gathered in the compute dtype; with pipelined all-gathers and
-        # double-buffered loops (MaxText's flags) two layers' and a third layer's first MLP matrix
+        # double-buffered loops (MaxText's flags) two layers' and a transposed bf16 copy of one MLP
+        # matrix for the backward matmuls (a ``wrapped_transpose`` of a [D, F/tensor] matrix in the
+        # buffer assignment: Llama 3.1 8B fsdp=4,tensor=2 and 405B fsdp=64, jaxlib 0.10.2)
         if fsdp > 1 or state.parameter_memory_host_offload:
             # routed experts are sharded over `expert` and gathered inside the MoE block (moe_weight_grads)
             mlp_w = _layer_weights(specs, stack, "mlp/shared/" if routed else "mlp/", tensor, A)
