@@ -138,8 +138,8 @@ def largest_batch(model, target: Target, seq: int, policy="full", mesh: Mapping[
 
 # ----------------------------------------------------------------------------- the planner
 
-# the budget's own error (benchmarks/results/budget.json: median 1 % among real-size steps that fit, 20
-# of 34 low, 11 of them by more than 1 %): candidates within 2 % of usable HBM are left to the next
+# the budget's own error (benchmarks/results/budget.json: median 1 % among the 35 real-size steps that
+# fit, 19 of them low, 10 by more than 1 %): candidates within 2 % of usable HBM are left to the next
 # batch step down, and the finalists are compiled
 BUDGET_MARGIN = 0.02
 HOST_RAM_SHARE = 0.75  # of the host RAM behind a GPU the pinned pool may take (an assumption: module docstring)
