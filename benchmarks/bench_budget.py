@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_budget.py            # the whole grid (~14 minutes on 2 cores)
     .venv/bin/python benchmarks/bench_budget.py --quick    # every 4th configuration
+    .venv/bin/python benchmarks/bench_budget.py --summarize  # the stored results' summary again, no compile
 
 For each configuration the full train step is compiled for the GPU target (compile-only) and
 the per-device bytes XLA assigns (device footprint and host temp) are compared with
@@ -13,6 +14,7 @@ host bytes exact; the tiny models (MB-scale, where XLA's fixed-size buffers domi
 from __future__ import annotations
 
 import dataclasses
+import json
 import statistics
 import sys
 import time
@@ -146,6 +148,7 @@ def run(case: Case) -> dict:
         "host_error_pct": error(est.host_bytes, report.host.temp_bytes + report.host.argument_bytes),
         "peak_phase": est.peak_phase, "compile_seconds": round(report.compile_seconds, 2),
         "usable_hbm_bytes": report.usable_hbm_bytes, "compiled_fits": report.fits, "analytic_fits": est.fits,
+        "analytic_at_scheduler_limit": est.at_scheduler_limit,
         "peers": [{"rule": p.rule, "device_bytes": p.device_bytes,
                    "device_error_pct": error(p.device_bytes, report.device.peak_bytes)} for p in peers],
     }
@@ -179,16 +182,58 @@ def summary(rows: list[dict]) -> dict:
                                    "n": len(real),
                                    "disagree": [f"{r['model']} {r['policy']} B{r['batch']} {r['target']} "
                                                 f"{r['mesh']} {r['overrides']} {r['state']}"
-                                                for r in real if r["compiled_fits"] != r["analytic_fits"]]},
+                                                for r in real if r["compiled_fits"] != r["analytic_fits"]],
+                                   # of those, the ones the budget flags: the heap's packing decides there
+                                   "disagree_at_scheduler_limit": sum(
+                                       r["compiled_fits"] != r["analytic_fits"] and r.get("analytic_at_scheduler_limit",
+                                                                                         False) for r in real),
+                                   "at_scheduler_limit": sum(r.get("analytic_at_scheduler_limit", False) for r in real)},
            "device_tiny": stats(r["device_error_pct"] for r in rows if r["tiny"]) if len(real) < len(rows) else None,
            "host_offloading": stats(r["host_error_pct"] for r in rows if r["compiled_host_bytes"]),
+           "same_step_other_gpu": same_step_other_gpu(real),
            "peers": {}}
     for i, rule in enumerate(p["rule"].split(" + ")[0] for p in rows[0]["peers"]):
         out["peers"][rule] = stats(r["peers"][i]["device_error_pct"] for r in rows)
     return out
 
 
+def same_step_other_gpu(rows: list[dict]) -> dict:
+    """The grid's steps compiled for more than one GPU with every tensor the same size (the budget's
+    bytes equal too): how far apart XLA's schedules for each GPU put the peak. Its latency-hiding
+    scheduler orders the step by each GPU's cost model, so which buffers are live at the peak differs;
+    a budget that does not model the scheduler misses at least half the spread on one of them."""
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        key = json.dumps([r["model"], r["overrides"], r["policy"], r["batch"], r["seq"], r["mesh"], r["state"],
+                          r["flags"], r["analytic_device_bytes"]], sort_keys=True)
+        groups.setdefault(key, []).append(r)
+    pairs = []
+    for group in groups.values():
+        if len({r["target"].split(":")[0] for r in group}) < 2:
+            continue
+        compiled = [r["compiled_device_bytes"] for r in group]
+        first = group[0]
+        pairs.append({"step": f"{first['model']} {first['policy']} B={first['batch']} S={first['seq']} "
+                              + ",".join(f"{k}={v}" for k, v in first["mesh"].items()),
+                      "targets": [r["target"] for r in group], "compiled_device_bytes": compiled,
+                      "analytic_device_bytes": first["analytic_device_bytes"],
+                      "compiled_fits": [r["compiled_fits"] for r in group],
+                      "spread_pct": round(100 * (max(compiled) - min(compiled)) / min(compiled), 2)})
+    return {"pairs": pairs, "worst_spread_pct": max((p["spread_pct"] for p in pairs), default=None)}
+
+
+def summarize_stored(path) -> None:
+    """Recompute the summary of stored results (``--summarize``: no compile) and write it back."""
+    stored = json.loads(path.read_text())
+    stored["summary"] = summary(stored["results"])
+    path.write_text(json.dumps(stored, indent=1) + "\n")
+    print(f"summarized {path.relative_to(_common.ROOT)} again ({len(stored['results'])} stored configurations)")
+
+
 def main() -> None:
+    if "--summarize" in sys.argv:
+        summarize_stored(_common.RESULTS / "budget.json")
+        return
     grid = GRID[::4] if "--quick" in sys.argv else GRID
     start = time.perf_counter()
     rows = [run(case) for case in grid]
@@ -199,7 +244,8 @@ def main() -> None:
           f"worst {s['device_fitting']['worst_abs_pct']:.2f}% (n={s['device_fitting']['n']}); over usable HBM: median "
           f"{s['device_over_usable_hbm']['median_abs_pct']:.2f}%, worst {s['device_over_usable_hbm']['worst_abs_pct']:.2f}% "
           f"(n={s['device_over_usable_hbm']['n']}); fits verdicts agree {s['fits_verdicts_agree']['agree']}/"
-          f"{s['fits_verdicts_agree']['n']}")
+          f"{s['fits_verdicts_agree']['n']} (of the others, {s['fits_verdicts_agree']['disagree_at_scheduler_limit']} "
+          f"flagged at the scheduler's limit)")
     print(f"device (real-size): median {s['device']['median_abs_pct']:.2f}%, worst {s['device']['worst_abs_pct']:.2f}%"
           + (f" | tiny models: median {s['device_tiny']['median_abs_pct']:.2f}%, worst "
              f"{s['device_tiny']['worst_abs_pct']:.2f}%" if s["device_tiny"] else "") + " | "

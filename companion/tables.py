@@ -168,6 +168,8 @@ def policy_budgets(budgets: Mapping[str, Any]) -> str:
     for label, b in budgets.items():
         margin = b.margin_bytes
         verdict = "" if margin is None else "fits" if margin >= 0 else f"over by {-margin / GiB:.1f}"
+        if margin is not None and b.at_scheduler_limit:
+            verdict += " (at the scheduler's limit: compile to check)"
         rows.append({"policy": label, "device GiB": f"{b.device_bytes / GiB:.1f}",
                      "host GiB": f"{b.host_bytes / GiB:.1f}", "usable HBM": verdict,
                      "recompute TFLOP": f"{b.recompute_flops / 1e12:,.0f}"})

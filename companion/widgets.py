@@ -52,6 +52,8 @@ def budget_view(model: str, batch: int, seq: int, policy: str, gpu: str, gpus: i
     margin = result.margin_bytes / GiB
     verdict = (f"fits: {margin:.1f} GiB of {_usable(target)} to spare" if result.fits
                else f"does NOT fit: over {_usable(target)} by {-margin:.1f} GiB")
+    if result.at_scheduler_limit:
+        verdict += " (at XLA's scheduler limit, where its heap's packing decides: check with XLA)"
     host = f"; {result.host_bytes / GiB:.1f} GiB offloaded to the host" if result.host_bytes else ""
     return BudgetView(result, target, f"{target.name}, {result.device_bytes / GiB:.1f} GiB per device: {verdict}{host}")
 

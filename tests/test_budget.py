@@ -185,6 +185,8 @@ def test_405b_offload_budget_matches_the_compiler_within_3_percent(mesh, batch, 
     b = budget.estimate("llama3.1-405b", batch, 8192, policy, mesh, target=target, state=state, flags=flags)
     assert b.device_bytes == pytest.approx(r.device.peak_bytes, rel=0.03), b.table()
     assert abs(b.host_bytes - (r.host.temp_bytes + r.host.argument_bytes)) <= 16  # AdamW's step counters
+    # the loop tail's second layer: cut short by the scheduler's limit at fsdp=128,tensor=2, whole at fsdp=256
+    assert b.at_scheduler_limit == (mesh["tensor"] == 2)
 
 
 def test_offloaded_moments_wait_for_the_backward_pass_when_far_over_the_schedulers_limit():
@@ -270,7 +272,10 @@ def test_deepseek_peeled_moe_layers_against_recorded_compiles(devices, mesh, bat
     assert "gradients" not in {t.key for t in b.terms}  # the loop's fp32 accumulators: not allocated yet
     assert b.device_bytes / GiB == pytest.approx(compiled, rel=0.06), b.table()
     if compiled * GiB > 1.2 * b.usable_hbm_bytes:  # B = 1024: far over usable HBM, as the compile says
-        assert not b.fits
+        assert not b.fits and not b.at_scheduler_limit
+    else:  # the scheduler fills its limit: the budget's margin is the slop's, the heap's packing takes it
+        assert b.at_scheduler_limit and 0.04 < b.margin_bytes / b.usable_hbm_bytes < 0.05
+        assert compiled * GiB == pytest.approx(b.usable_hbm_bytes, rel=0.025)
 
 
 # Compiled peaks (GiB, jaxlib 0.10.2, compile-only GB200 targets, MaxText's flags): DeepSeek-V3 671B with
@@ -293,6 +298,30 @@ def test_capacity_dispatch_layer_backward_against_recorded_compiles(devices, mes
     assert {"moe_dispatch", "moe_combine", "moe_weights", "tail_flash_zeros"} <= {t.key for t in b.terms}
     assert b.device_bytes / GiB == pytest.approx(compiled, rel=rel), b.table()
     assert b.device_bytes / GiB <= compiled * 1.01
+
+
+def test_a_peak_at_the_schedulers_limit_is_flagged_as_the_heaps_call():
+    """Where the scheduler starts buffers early until its limit stops it, the budget's bytes are the
+    limit's and its verdict says the heap's packing decides; elsewhere it says nothing of the kind."""
+    from companion import targets
+
+    at_limit = budget.estimate("deepseek-v3-671b", 512, 4096, "full", {"fsdp": 64, "expert": 8},
+                               target=targets.target("gb200", 512))
+    assert at_limit.peak_phase == "peeled MoE backward" and at_limit.at_scheduler_limit
+    assert at_limit.device_bytes - at_limit.by_category()["parameters"] - at_limit.by_category()["optimizer"] \
+        - at_limit.by_category().get("batch", 0) == at_limit.xla_memory_limit_bytes
+    assert at_limit.to_dict()["at_scheduler_limit"] is True
+    assert at_limit.fits and "compile to check" in at_limit.table().splitlines()[-3]
+    under = budget.estimate("llama3.1-8b", 8, 4096, "full", {"fsdp": 8}, target=targets.target("h100", 8))
+    assert under.fits and not under.at_scheduler_limit and "compile to check" not in under.table()
+    from companion import tables
+
+    table = tables.policy_budgets({"671B": at_limit, "8B": under})
+    assert table.count("compile to check") == 1 and "| fits |" in table
+    # without a target there is no limit to fill: the second peeled layer's buffers are all there
+    unbounded = budget.estimate("deepseek-v3-671b", 512, 4096, "full", {"fsdp": 64, "expert": 8}, num_devices=512)
+    assert not unbounded.at_scheduler_limit
+    assert unbounded.device_bytes > at_limit.device_bytes
 
 
 def test_the_microbatch_loop_scatters_the_target_logits_gradient_apart():

@@ -11,6 +11,10 @@ def test_budget_view_gives_a_budget_and_a_verdict():
     assert "fits" in view.message and "GiB per device" in view.message
     over = widgets.budget_view("llama3.1-405b", 64, 4096, "full", "h100", 64, "")
     assert over.ok and "does NOT fit" in over.message and not over.budget.fits
+    assert "scheduler limit" not in view.message + over.message
+    # DeepSeek-V3 with one sequence per GPU on 512 GB200: the scheduler fills its limit, the heap decides
+    edge = widgets.budget_view("deepseek-v3-671b", 512, 4096, "full", "gb200", 512, "fsdp=64,expert=8")
+    assert edge.budget.at_scheduler_limit and "fits" in edge.message and "check with XLA" in edge.message
 
 
 @pytest.mark.parametrize("args, message", [
