@@ -303,7 +303,7 @@ def test_capacity_dispatch_layer_backward_against_recorded_compiles(devices, mes
 def test_a_peak_at_the_schedulers_limit_is_flagged_as_the_heaps_call():
     """Where the scheduler starts buffers early until its limit stops it, the budget's bytes are the
     limit's and its verdict says the heap's packing decides; elsewhere it says nothing of the kind."""
-    from companion import targets
+    from companion import tables, targets
 
     at_limit = budget.estimate("deepseek-v3-671b", 512, 4096, "full", {"fsdp": 64, "expert": 8},
                                target=targets.target("gb200", 512))
@@ -314,8 +314,6 @@ def test_a_peak_at_the_schedulers_limit_is_flagged_as_the_heaps_call():
     assert at_limit.fits and "compile to check" in at_limit.table().splitlines()[-3]
     under = budget.estimate("llama3.1-8b", 8, 4096, "full", {"fsdp": 8}, target=targets.target("h100", 8))
     assert under.fits and not under.at_scheduler_limit and "compile to check" not in under.table()
-    from companion import tables
-
     table = tables.policy_budgets({"671B": at_limit, "8B": under})
     assert table.count("compile to check") == 1 and "| fits |" in table
     # without a target there is no limit to fill: the second peeled layer's buffers are all there
