@@ -389,8 +389,8 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
         grads_dev = sum(t.bytes for t in terms if t.key == "gradients")
         first = base - static_dev - grads_dev + sum(t.bytes for t in layer) + sum(t.bytes for t in moe_peeled)
         zeros = moe_peeled[0]
-        room = zeros.bytes if limit is None else max(min(zeros.bytes, limit - first), 0)
-        if 0 < room < zeros.bytes:
+        room, cut = _started_early(zeros.bytes, limit, first)
+        if cut:
             filled.add("peeled MoE backward")
         phases["peeled MoE backward"] = layer + list(moe_peeled) + [Term(
             "moe_peeled_second", "MoE layer before it (peeled too): its zero-filled buffers, started early "
@@ -398,8 +398,8 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
             "min(" + zeros.formula + ", scheduler limit - the rest)", "working")]
     if tail > 1 and not graphs[0][2]:
         transposes_dev = transposes.bytes if transposes is not None else 0
-        phases["loop tail"], full = _loop_tail_terms(layer, graphs[0][3], A, limit, base - static_dev - transposes_dev)
-        if not full and phases["loop tail"][-1].bytes:
+        phases["loop tail"], cut = _loop_tail_terms(layer, graphs[0][3], A, limit, base - static_dev - transposes_dev)
+        if cut:
             filled.add("loop tail")
     # what each phase no longer holds: after the layers, the transposed accumulators; after the
     # backward pass, the residuals too
@@ -463,18 +463,26 @@ def _loop_tail_terms(layer: list[Term], z: LayerSizes, A: int, limit: int | None
     its attention, its MLP tensors and its ``[b, S, D]`` scratch. Compiled (jaxlib 0.10.2, Llama
     3.1 405B on 256 H100, fsdp=128,tensor=2, B=384, S=8192, ``decoder_layer_input`` offloaded):
     the tail peaks 1 % under the scheduler's limit, with both layers' MLP tensors live.
-    Also returns whether the second layer's recompute is there in full (not cut by the limit)."""
+    Also returns whether the limit cut the second layer short (``_started_early``)."""
     keep = [t for t in layer if t.key in ("attention", "layer_weights", "scratch", "loss_grad")]
     mlp = Term("tail_mlp", "last layer: MLP backward tensors (6)", 6 * z.b * z.S * z.F * A, "device", "transient",
                f"6 x b x S x F/tensor x {A} B (gate, up, product gradient, the fused multiply's 3 outputs)",
                "working")
     second = sum(t.bytes for t in keep if t.key in ("attention", "scratch")) + mlp.bytes
     first = sum(t.bytes for t in keep) + mlp.bytes
-    room = second if limit is None else max(min(second, limit - persistent - first), 0)
+    room, cut = _started_early(second, limit, persistent + first)
     return keep + [mlp, Term("tail_second_layer", "the layer before it, recomputed alongside (as far as the "
                              "scheduler's memory limit allows)", room, "device", "transient",
                              "min(attention + 6 x b x S x F/tensor x 2 B + scratch, scheduler limit - the rest)",
-                             "working")], room == second
+                             "working")], cut
+
+
+def _started_early(full: int, limit: int | None, used: int) -> tuple[int, bool]:
+    """The bytes of ``full`` the latency-hiding scheduler starts early next to ``used``, as far as its
+    memory limit allows, and whether the limit cut them short (some started, not all: the step then
+    peaks at the limit, ``Budget.at_scheduler_limit``)."""
+    room = full if limit is None else max(min(full, limit - used), 0)
+    return room, 0 < room < full
 
 
 # MoE layers of the backward pass XLA runs at the step's top level, out of the double-buffered loop
