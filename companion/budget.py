@@ -63,7 +63,15 @@ Known gaps (``benchmarks/results/budget.json`` lists every configuration):
   hoists the peeled MoE layers' zero-filled buffers; the budget counts two sets, which is what
   the compiled peak holds on 64 GB200 (+6 %: it peaks in the layer loop), while on 512 GB200 it
   peaks in the peeled layers with all four sets live (-17 %);
-* XLA keeping one more buffer than modelled with pipelined host offloading (-6 %);
+* where the scheduler places the ops it is free to move — the layer gradients' zero-fill broadcasts,
+  which it uses as filler beside async collectives, and the fp32 copy of the gathered head that the
+  loss gradient's matmul reads: Llama 3.1 8B on 8 H100 (fsdp=8, "full") zero-fills the ``mlp/wo``,
+  ``attention/wq``, ``attention/wo``, ``wk`` and ``wv`` accumulators (1.5 GiB) after the loss's peak
+  at S=8192 (+3.5 %), only the last three (0.4 GiB) at S=4096; with pipelined host offloading it
+  converts the head to fp32 before the loss gradient, next to both fp32 logits (minimal_offloaded:
+  -6 %), without it after; on 4 GH200 (qkv_proj_offloaded, pipelined) it zero-fills every
+  accumulator but the transposed ones after the loss, and the step peaks after the layer loop
+  instead (+4.6 %). The placement follows the scheduler's cost model, not the tensors' sizes;
 * with the moments on the device and far over the scheduler's limit, XLA may compute the head's
   weight gradient before the layer loop instead of after it (Llama 3.1 405B on 256 H100, S=8192,
   "full", fsdp=256 or fsdp=128,tensor=2: +12 % and +4 %; Llama 3.1 70B, fsdp=8,tensor=8: +4 %;
