@@ -29,6 +29,7 @@ CUSTOM = {"decoder_layer_input": "offload", "query_proj": "device", "key_proj": 
           "mlpwi_0": "offload", "mlpwi_1": "offload"}
 DOT = {"attention": "dot_product"}
 CHUNKED = {"attention": "chunked"}
+DENSE = {"dispatch": "dense", "capacity_factor": 1.25}  # MaxText's dense path as its Mixtral GPU test runs it
 PIPELINED = "--xla_gpu_enable_pipelined_host_offloading=true"
 ACC2, ACC4 = train.StateConfig(gradient_accumulation_steps=2), train.StateConfig(gradient_accumulation_steps=4)
 OPT_HOST = train.StateConfig(optimizer_memory_host_offload=True)
@@ -97,18 +98,22 @@ GRID = [
     Case("llama3.1-405b", "full", 64, 4096, "h100:8x8", "fsdp=64", state=BOTH_HOST),
     Case("llama3.1-405b", "full", 16, 4096, "h100:2x8", "fsdp=16", {**DOT, "num_layers": 8}),
     Case("llama3.1-405b", "minimal_offloaded", 64, 4096, "h100:8x8", "fsdp=64", flags=PIPELINED),
+    # DeepSeek-V3 on each MoE path (models/moe.py): grouped (the default), ragged_dot, dense at capacity 1.25
     *[Case("deepseek-v3-671b", p, 64, 4096, "gb200:16x4", "fsdp=8,expert=8")
       for p in ("full", "minimal", "minimal_offloaded")],
-    Case("deepseek-v3-671b", "full", 64, 4096, "gb200:16x4", "fsdp=8,expert=8", moe={"dispatch": "capacity"}),
+    Case("deepseek-v3-671b", "full", 64, 4096, "gb200:16x4", "fsdp=8,expert=8", moe={"dispatch": "ragged_dot"}),
+    Case("deepseek-v3-671b", "full", 64, 4096, "gb200:16x4", "fsdp=8,expert=8", moe=DENSE),
     Case("deepseek-v3-671b", "full", 128, 4096, "gb200:32x4", "fsdp=16,expert=8", state=OPT_HOST),
     # the whole model where its users run it: one sequence per GPU on 512 GB200 (notebook 06). Layer
     # stacks cut short do not compile to its structure: with 6 layers no MoE loop is left after XLA
-    # peels 4 MoE layers, and the peeled layers' buffers are the larger part of the real step's peak
+    # peels 4 MoE layers, and the peeled layers' buffers are a large part of the real step's peak
     *[Case("deepseek-v3-671b", p, 512, 4096, "gb200:128x4", "fsdp=64,expert=8")
-      for p in ("full", "save_qkv_proj", "qkv_proj_offloaded")],
-    Case("deepseek-v3-671b", "full", 512, 4096, "gb200:128x4", "fsdp=64,expert=8", moe={"dispatch": "capacity"}),
-    Case("deepseek-v3-671b", "minimal", 512, 4096, "gb200:128x4", "fsdp=64,expert=8",
-         moe={"ragged_buffer_factor": 2.0}),
+      for p in ("full", "minimal", "save_qkv_proj", "qkv_proj_offloaded")],
+    Case("deepseek-v3-671b", "full", 512, 4096, "gb200:128x4", "fsdp=64,expert=8", moe=DENSE),
+    Case("deepseek-v3-671b", "full", 512, 4096, "gb200:128x4", "fsdp=64,expert=8",
+         moe={"dispatch": "ragged_dot", "ragged_buffer_factor": 2.0}),
+    Case("deepseek-v3-671b", "full", 512, 4096, "gb200:128x4", "fsdp=64,expert=8", moe={"ragged_buffer_factor": 2.0}),
+    Case("deepseek-v3-671b", "minimal_offloaded", 512, 4096, "gb200:128x4", "fsdp=64,expert=8", flags=PIPELINED),
     Case("deepseek-v3-671b", "full", 1024, 4096, "gb200:128x4", "fsdp=64,expert=8", state=ACC2),
     Case("deepseek-v3-671b", "full", 512, 4096, "gb200:128x4", "fsdp=64,expert=8", state=OPT_HOST),
     Case("deepseek-v3-671b", "full", 512, 4096, "gb200:128x4", "fsdp=64,expert=8", DOT),
@@ -116,7 +121,8 @@ GRID = [
     *[Case("tiny-llama", p, 16, 512, "h100:1x2", "fsdp=2")
       for p in ("full", "save_dot_with_context_except_mlp", "minimal_offloaded", "save_out_proj")],
     *[Case("tiny-deepseek", p, 8, 256, "h100:1x2", "fsdp=2") for p in ("full", "minimal")],
-    Case("tiny-deepseek", "full", 8, 256, "h100:1x2", "fsdp=2", moe={"dispatch": "capacity"}),
+    Case("tiny-deepseek", "full", 8, 256, "h100:1x2", "fsdp=2", moe=DENSE),
+    Case("tiny-deepseek", "full", 8, 256, "h100:1x2", "fsdp=2", moe={"dispatch": "ragged_dot"}),
 ]
 
 
@@ -191,6 +197,10 @@ def summary(rows: list[dict]) -> dict:
            "device_tiny": stats(r["device_error_pct"] for r in rows if r["tiny"]) if len(real) < len(rows) else None,
            "host_offloading": stats(r["host_error_pct"] for r in rows if r["compiled_host_bytes"]),
            "same_step_other_gpu": same_step_other_gpu(real),
+           # DeepSeek-V3 by MoE path (models/moe.py): the budget's band on each program
+           "deepseek_by_moe_path": {path: stats(r["device_error_pct"] for r in real if r["model"].startswith("deepseek")
+                                                and r["overrides"].get("moe", {}).get("dispatch", "grouped") == path)
+                                    for path in ("grouped", "ragged_dot", "dense")},
            "peers": {}}
     for i, rule in enumerate(p["rule"].split(" + ")[0] for p in rows[0]["peers"]):
         out["peers"][rule] = stats(r["peers"][i]["device_error_pct"] for r in rows)

@@ -20,10 +20,8 @@ import companion  # noqa: F401,E402
 from companion import compiler, schedule, targets, train  # noqa: E402
 
 GOAL_SECONDS = 1.0
-NOTES = ("DeepSeek-V3's simulated step is dominated by the lab's block-sparse grouped matmul (models/moe.py): each "
-         "tile of 128 rows re-reads its expert's weights and read-modify-writes the expert's f32 weight-gradient slab, "
-         "memory-bound ops a fused grouped GEMM (cuBLAS grouped GEMM, MaxText's megablox) does not run; its TFLOP/s "
-         "here are the lab's kernel's, not MaxText's.")
+NOTES = ("DeepSeek-V3's routed experts run as grouped GEMMs (the lab's default --moe grouped, models/moe.py), priced "
+         "as the grouped kernel they stand for; TFLOP/s are model FLOPs (companion.flops, MaxText's count).")
 REPEATS = 3
 CASES = [  # (model, target, mesh, policy, XLA flags on top of MaxText's)
     ("llama3.1-405b", "h100:8x8", None, "full", None),

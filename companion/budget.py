@@ -6,8 +6,8 @@ the policy's recompute adds. Pure Python over the config (no tracing, no compile
 call it on every slider move.
 
 The terms, for the lab's models compiled as MaxText GPU users compile them (flash attention,
-dropless MoE, MaxText's XLA flags) by the XLA jaxlib 0.10.2 pins, validated against the compiler
-by ``benchmarks/bench_budget.py``:
+the MoE paths of ``models.moe``, MaxText's XLA flags) by the XLA jaxlib 0.10.2 pins, validated
+against the compiler by ``benchmarks/bench_budget.py``:
 
 * **static** — what the step's arguments hold: parameters (``weight_dtype``), AdamW's two
   moments, the token batch; on the host with ``optimizer_memory_host_offload`` /
@@ -28,11 +28,10 @@ by ``benchmarks/bench_budget.py``:
   **backward end** (the head's fp32 weight gradient, kept until its reduce-scatter); the
   **loop tail** (pipelined host offloading only: the last two layers, peeled out of the loop, whose
   backward and recompute the top-level scheduler overlaps up to its memory limit); the **peeled
-  MoE backward** (dropless MoE stacks with a loop left after XLA peels 4 of their layers: the first
-  peeled layer's working set next to the zero-filled buffers of the top-level layers after the
-  loop, allocated at the step's start by horizontally fused broadcasts, and the second peeled
-  layer's, started early up to the scheduler's limit; the loop's fp32 gradient accumulators are
-  not allocated yet); the
+  MoE backward** (sparse MoE stacks with a loop left after XLA peels 4 of their layers: the first
+  peeled layer's working set next to the top-level layers' zero-filled receive-buffer gradients and
+  combine buffers, allocated at the step's start by horizontally fused broadcasts; the loop's fp32
+  gradient accumulators are not allocated yet); the
   **optimizer update** (offloaded state brought back to the device; offloaded moments arrive while
   the peeled last layers' weights, their weight gradients before the reduce-scatter and the saved
   activations are still there).
@@ -45,24 +44,22 @@ The latency-hiding scheduler keeps some buffers alive longer while it is under i
 (extra fp32 score copies, offloaded moments brought in early): where it is, the budget says so.
 Known gaps (``benchmarks/results/budget.json`` lists every configuration):
 
-* the heap's fragmentation at the scheduler's limit: DeepSeek-V3 at one sequence per GPU on 512
-  GB200 (fsdp=64, expert=8) compiles to a temp allocation 6.5-7.7 GiB above the bytes live at its
-  peak ("full", qkv_proj_offloaded, moments offloaded), which the budget matches within 0.3 %: the
-  compiled step is 5-6 % above the budget. The budget flags such peaks (``Budget.at_scheduler_limit``),
-  where its "fits" is the heap's call;
+* the heap's fragmentation at the scheduler's limit: where a phase fills the limit (the loop tail
+  under pipelined offload, Llama 3.1 405B at fsdp=128,tensor=2) the heap's packing decides. The
+  budget flags such peaks (``Budget.at_scheduler_limit``), where its "fits" is the heap's call;
 * the scheduler's cost model of each GPU: the same step, every tensor the same size, compiles to peaks
   2.9 % apart on 8 H100 and 8 B200 (Llama 3.1 8B, fsdp=8; the 70B on 64: 0.8 %), as the buffers XLA
   starts early differ; a budget without a model of the scheduler misses one of each pair by at least half
   that (``same_step_other_gpu`` in ``benchmarks/results/budget.json``'s summary);
-* the capacity dispatch under its scheduler's limit (DeepSeek-V3 on 512 GB200, fsdp=64: -14 %;
-  on 64 GB200, fsdp=8, over usable HBM, it matches): with memory to spare XLA keeps four more of
-  the scatter's 32-bit zero-filled buffers (and one fewer of the combine's gathers) and
-  double-buffers the flash backward's fp32 accumulators (MaxText's GPU default, the dropless path,
-  is the one modelled in full);
-* gradient accumulation with a dropless MoE, over usable HBM: the double-buffered microbatch loop
-  hoists the peeled MoE layers' zero-filled buffers; the budget counts two sets, which is what
-  the compiled peak holds on 64 GB200 (+6 %: it peaks in the layer loop), while on 512 GB200 it
-  peaks in the peeled layers with all four sets live (-17 %);
+* DeepSeek-V3's peeled MoE layers with memory to spare (512 GB200, fsdp=64, one sequence per GPU):
+  the scheduler starts more or fewer of the receive-buffer-sized buffers and gathered expert weights
+  early than the budget's count — the worst-case buffer within 5 % ("full", "minimal",
+  qkv_proj_offloaded), ``ragged_buffer_factor`` 2 -12 %, pipelined minimal_offloaded +21 %, the dense
+  path -5 %; where the step peaks in the layer loop (64 GB200, fsdp=8) every path is within 3 %
+  (``tests/test_budget.py``, recorded compiles);
+* gradient accumulation with a sparse MoE, over usable HBM: the double-buffered microbatch loop
+  hoists each copy's peeled MoE buffers; the budget counts two sets (DeepSeek-V3, two microbatches on
+  512 GB200: -7 %);
 * where the scheduler places the ops it is free to move — the layer gradients' zero-fill broadcasts,
   which it uses as filler beside async collectives, and the fp32 copy of the gathered head that the
   loss gradient's matmul reads: Llama 3.1 8B on 8 H100 (fsdp=8, "full") zero-fills the ``mlp/wo``,
@@ -93,7 +90,7 @@ from . import policies as policy_lib
 from .models import configs, flash
 from .models.configs import ModelConfig
 from .models.graph import LayerSizes, layer_graph, moe_sizes, parameter_specs, saved_by
-from . import sharding
+from . import sharding, targets
 from .sharding import MESH_AXES, AxisRules, mesh_of
 from .targets import DEFAULT_MEM_FRACTION, Target, allocator_limit_bytes, check_mem_fraction
 from .train import StateConfig
@@ -393,17 +390,7 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
         "optimizer update": _update_terms(state, param_bytes, moments, specs, shards, cfg, mesh, A, tail),
     }
     if moe_peeled:
-        # the second peeled layer's zero-filled buffers start as early as the scheduler's limit allows
-        grads_dev = sum(t.bytes for t in terms if t.key == "gradients")
-        first = base - static_dev - grads_dev + sum(t.bytes for t in layer) + sum(t.bytes for t in moe_peeled)
-        zeros = moe_peeled[0]
-        room, cut = _started_early(zeros.bytes, limit, first)
-        if cut:
-            filled.add("peeled MoE backward")
-        phases["peeled MoE backward"] = layer + list(moe_peeled) + [Term(
-            "moe_peeled_second", "MoE layer before it (peeled too): its zero-filled buffers, started early "
-            "(as far as the scheduler's memory limit allows)", room, "device", "transient",
-            "min(" + zeros.formula + ", scheduler limit - the rest)", "working")]
+        phases["peeled MoE backward"] = layer + list(moe_peeled)
     if tail > 1 and not graphs[0][2]:
         transposes_dev = transposes.bytes if transposes is not None else 0
         phases["loop tail"], cut = _loop_tail_terms(layer, graphs[0][3], A, limit, base - static_dev - transposes_dev)
@@ -499,51 +486,31 @@ PEELED_MOE_LAYERS = 4
 
 
 def _peeled_moe_terms(cfg, graphs, layer: list[Term], A: int, flag_set) -> list[Term]:
-    """The first MoE layers of the backward pass, which XLA peels out of the (double-buffered) layer
-    loop into the step's top level, with the buffers of the top-level layers after the loop.
+    """The sparse MoE layers of the backward pass that XLA peels out of the (double-buffered) layer
+    loop into the step's top level: their zero-filled buffers, hoisted to the step's start.
 
-    Every routed layer's backward fills buffers with zeros before writing them: the grouped
-    matmuls' outputs and weight gradients, the exchanges' receive buffers, the scatter-adds that
-    transpose the row gathers. For the layers at the top level (the peeled ones before the loop, the
-    MoE layer and the dense layers after it), XLA fuses these broadcasts horizontally into a few
-    multi-output fusions, run before the forward pass: the buffers of the layers after the loop are
-    live from the step's start until their layer runs. Through the loop they sit next to the loop's
-    layer (the "layer backward" phase's dispatch count includes them); at the first peeled layer
-    they sit next to its whole working set, while the layer weights' fp32 gradient accumulators
-    (carried by the loop) are not allocated yet — only the transposed ones.
+    Each routed layer's backward fills two receive-buffer-sized buffers with zeros (the scatter-adds
+    that transpose the row gathers into and out of the sorted buffer), and each layer's combine
+    zeroes the token rows it gets back. For the layers at the top level XLA fuses these broadcasts
+    into a few multi-output fusions run before the forward pass: they are live from the step's start
+    until their layer runs, next to the first peeled layer's working set.
 
-    Compiled (jaxlib 0.10.2, DeepSeek-V3 671B, S = 4096, expert = 8, one sequence per GPU; on 512
-    GB200 at fsdp=64, and on 64 at fsdp=8, ``benchmarks/results/budget.json``): per MoE layer after
-    the loop 4 ``[R, D]``, 2 ``[receive, D]``, 2 ``[rows, D]``, 3 ``[R, F_e]`` buffers in the compute
-    dtype and the three expert weights' fp32 gradients; and the lab's flash backward's fp32
-    accumulators (dQ, dK, dV and the fp32 output) for three top-level layers."""
+    Compiled (jaxlib 0.10.2, DeepSeek-V3 671B, S = 4096, expert = 8, one sequence per GPU, on 512
+    GB200 at fsdp=64: the worst-case buffer and ``ragged_buffer_factor`` 2, ``full`` and
+    ``qkv_proj_offloaded``): at the peak 8 ``[R, D]`` such buffers (4 layers) and 6 ``[rows, D]``
+    ones next to the layer's working set."""
     if not flag_set.flags.get("xla_gpu_enable_while_loop_double_buffering"):
         return []
     routed = [(label, count, z) for label, count, r, z, *_ in graphs if r]
-    if not routed or cfg.moe.dispatch != "dropless" or not any(t.key == "moe_dispatch" for t in layer):
+    if not routed or cfg.moe.dispatch == "dense" or not any(t.key == "moe_dispatch" for t in layer):
         return []
     label, count, z = routed[0]
     if (count - PEELED_MOE_LAYERS) // 2 < 2:  # no loop left (DeepSeek-V3 with 6 layers: every layer at the top level)
         return []
-    D, R, recv, Fe, El = z.D, z.expert_rows, z.receive_rows, z.expert_F, z.experts
-    rows = z.b * z.S * z.topk
-    zero = (4 * R + 2 * recv + 2 * rows) * D * A + 3 * R * Fe * A + 3 * El * D * Fe * 4
-    terms = [Term("moe_tail_zeros", f"{label} after the loop: its zero-filled buffers, allocated at the step's start",
-                  zero, "device", "transient",
-                  f"(4 x R + 2 x {recv} received + 2 x {rows} rows) x D x {A} B + 3 x R x F_e x {A} B "
-                  f"+ 3 x E_local x D x F_e x 4 B (R = {R})", "working")]
-    return terms + _top_level_flash_zeros(cfg, z)
-
-
-def _top_level_flash_zeros(cfg, z: LayerSizes) -> list[Term]:
-    """The lab's flash backward's fp32 accumulators (dQ, dK, dV, the fp32 output) of the three layers
-    XLA runs at the step's top level after a routed layer loop, zero-filled at the step's start."""
-    if cfg.attention != "flash" or attention_kernel(cfg) == "cudnn":
-        return []
-    qk, vd = (cfg.mla.qk_head_dim, cfg.mla.v_head_dim) if cfg.mla is not None else (z.dh, z.dh)
-    return [Term("tail_flash_zeros", "top-level layers after the loop: flash backward's fp32 accumulators "
-                 "(3 layers)", 3 * z.b * z.S * z.H * (2 * qk + 2 * vd) * 4, "device", "transient",
-                 "3 x b x S x H/tensor x (2 d_qk + 2 d_v) x 4 B", "working")]
+    R, rows = z.receive_rows, z.b * z.S * z.topk
+    return [Term("moe_tail_zeros", f"{label}s at the top level: their zero-filled buffers, allocated at the step's "
+                 "start", (2 * PEELED_MOE_LAYERS * R + 6 * rows) * z.D * A, "device", "transient",
+                 f"(2 x {PEELED_MOE_LAYERS} layers x R + 6 x {rows} token rows) x D x {A} B (R = {R})", "working")]
 
 
 def _backward_end_terms(layer: list[Term], D: int, V: int) -> list[Term]:
@@ -636,8 +603,8 @@ def _gradient_transposes(cfg, specs, shards, fsdp: int, n_acc: int) -> Term | No
         ("layers" if cfg.mla is None else "dense_layers"), False)
     if fsdp > 1:
         names, why = _TRANSPOSED_GRADIENTS[routed], "FSDP"
-    elif routed and (cfg.moe.dispatch == "capacity" or n_acc > 1):
-        names, why = _TRANSPOSED_EXPERT_GRADIENTS, "capacity dispatch" if n_acc == 1 else "gradient accumulation"
+    elif routed and (cfg.moe.dispatch == "dense" or n_acc > 1):
+        names, why = _TRANSPOSED_EXPERT_GRADIENTS, "dense MoE" if n_acc == 1 else "gradient accumulation"
     else:
         return None
     size = sum(4 * shards.get(f"{stack}/{n}", 0) for n in names)
@@ -657,9 +624,11 @@ def _check_divisible(cfg: ModelConfig, batch: int, seq: int, mesh: Mapping[str, 
 
 
 def attention_kernel(cfg: ModelConfig) -> str:
-    """The flash kernel a config compiles with for GPU targets on this machine (``models.flash``)."""
+    """The flash kernel a config compiles with for the lab's GPU targets (``models.flash``; every one
+    of them is Hopper or Blackwell)."""
     qk, v = (cfg.mla.qk_head_dim, cfg.mla.v_head_dim) if cfg.mla is not None else (cfg.head_dim, cfg.head_dim)
-    return flash.kernel_for(qk, v, cfg.dtype)
+    oldest = min(g.compute_capability for g in targets.GPUS.values())
+    return flash.kernel_for(qk, v, cfg.dtype, capability=oldest)
 
 
 def layer_sizes(cfg: ModelConfig, batch: int, seq: int, mesh: Mapping[str, int], *, routed: bool) -> LayerSizes:
@@ -726,44 +695,51 @@ def _layer_backward_terms(cfg, pol, graphs, b, S, D, V, A, mesh, specs, shards, 
         attention_bytes, attention_formula = _attention_working(cfg, z, A, flags.get("xla_gpu_enable_triton_gemm", True),
                                                                 score_bytes)
         mlp = []
-        if routed and cfg.moe.dispatch == "dropless":
-            # the grouped matmuls' backward over the tile-padded buffer of R rows: the buffer, its
-            # gradient pieces and the down output (R x D, 9 of them), the received rows and their
-            # gradient (4 x the receive buffer), gate, up, product and gradients (6 x R x F_e), and
-            # the expert weights in fp32 gradients and in the compute dtype
-            R, recv, Fe, El = z.expert_rows, z.receive_rows, z.expert_F, z.experts
-            mlp.append(Term("moe_hidden", f"{label}: routed experts' hidden tensors", 6 * R * Fe * A,
-                            "device", "transient", f"6 x R x F_e x {A} B (R = {R} padded rows)", "working"))
-            mlp.append(Term("moe_dispatch", f"{label}: dispatched rows", (9 * R + 4 * recv) * D * A, "device",
-                            "transient", f"(9 x R + 4 x {recv} received) x D x {A} B", "working"))
+        if routed and cfg.moe.dispatch != "dense":
+            # the sparse paths' backward over the receive buffer of R rows (the grouped GEMM's or
+            # ragged_dot's): the recomputed rows sorted by expert, the down projection's and the
+            # grouped GEMMs' input gradients and the scatter-adds that transpose the row gathers (7 x
+            # R x D), the gate/up/product gradients (3 x R x F_e), the token rows sent and received
+            # back (2 x rows x D), and the expert weights in fp32 gradients and in the compute dtype.
+            # Compiled (jaxlib 0.10.2, DeepSeek-V3 671B, S=4096, one sequence per GPU, expert=8, the
+            # worst-case buffer: R = 8 x rows) on 64 GB200 at fsdp=8, where the step peaks there
+            R, Fe, El = z.receive_rows, z.expert_F, z.experts
+            rows = z.b * S * z.topk
+            mlp.append(Term("moe_hidden", f"{label}: routed experts' hidden tensors", 3 * R * Fe * A,
+                            "device", "transient", f"3 x R x F_e x {A} B (R = {R} rows of the receive buffer)",
+                            "working"))
+            mlp.append(Term("moe_dispatch", f"{label}: dispatched rows", (7 * R + 2 * rows) * D * A, "device",
+                            "transient", f"(7 x R + 2 x {rows} token rows) x D x {A} B", "working"))
             mlp.append(Term("moe_weight_grads", f"{label}: expert weights (fp32 gradients, compute-dtype copies)",
                             3 * El * D * Fe * (4 + 2 * A), "device", "transient",
                             "3 x E_local x D x F_e x (4 + 2 x 2) B", "working"))
-        if routed and cfg.moe.dispatch == "capacity":
-            # at the peak (the recompute of a layer's attention, the other layer of the double-buffered
-            # loop in its MoE backward): the slots' hidden tensors, four [G, E_local x C, D] dispatch
-            # buffers and the scatter's zero-filled one (32-bit words, all E x C slots of the device's
-            # sequences); the combine's gather of [S, k, D] rows from every expert shard and its
-            # transpose, a scatter-add; two layers' expert weights in the compute dtype (gathered under
-            # FSDP); and, as with the dropless MoE, the top-level layers' zero-filled flash accumulators.
-            # Compiled (jaxlib 0.10.2, DeepSeek-V3 671B, one sequence per GPU, expert=8: fsdp=8 on 64
-            # GB200 and fsdp=64 on 512, ``benchmarks/bench_budget.py``)
-            rows = z.groups_per_device * z.experts * z.capacity
-            El, Fe, k = z.experts, z.expert_F, z.topk
-            mlp.append(Term("moe_hidden", f"{label}: routed experts' hidden tensors", 3 * rows * Fe * A,
-                            "device", "transient", f"3 x G x E_local x C x F_e x {A} B", "working"))
-            mlp.append(Term("moe_dispatch", f"{label}: dispatched slots (4) and the scatter's zero-filled buffer",
-                            rows * D * (4 * A + 4), "device", "transient",
-                            f"G x E_local x C x D x (4 x {A} + 4) B (G = {z.groups_per_device} sequences, "
-                            f"C = {z.capacity} slots)", "working"))
-            mlp.append(Term("moe_combine", f"{label}: the combine's gather from every expert shard and its transpose",
-                            2 * z.groups_per_device * S * k * D * A, "device", "transient",
-                            f"2 x G x S x k x D x {A} B", "working"))
+            if z.routed_rows > R:
+                # ragged_dot's dense expansion (XLA's RaggedDotRewriter at jaxlib 0.10.2): the backward's
+                # operands broadcast to every local expert, three [R, E_local, D] buffers (compiled: 64
+                # GB200, fsdp=8,expert=8, the worst-case buffer)
+                mlp.append(Term("ragged_dot_expansion", f"{label}: ragged_dot's dense expansion: rows broadcast "
+                                "to every local expert (3)", 3 * R * El * max(D, Fe) * A, "device", "transient",
+                                f"3 x R x E_local x max(D, F_e) x {A} B", "working"))
+        if routed and cfg.moe.dispatch == "dense":
+            # MaxText's dense path at the layer's backward: the slots' hidden tensors, four [E_local, G, C,
+            # D] slot buffers (the dispatch einsum's output, the down projection's, and their
+            # gradients), the one-hot masks [b, S, E, C] (bool dispatch, compute-dtype combine) and two
+            # layers' expert weights in the compute dtype (gathered under FSDP). Compiled (jaxlib 0.10.2,
+            # DeepSeek-V3 671B, capacity factor 1.25, one sequence per GPU, expert=8, fsdp=64 on 512 GB200)
+            El, Fe, E = z.experts, z.expert_F, cfg.moe.num_experts
+            C = z.capacity or z.S  # capacity -1: every expert's "slots" are every token
+            slots = z.groups_per_device * El * C
+            mlp.append(Term("moe_hidden", f"{label}: routed experts' hidden tensors", 3 * slots * Fe * A,
+                            "device", "transient", f"3 x E_local x G x C x F_e x {A} B", "working"))
+            mlp.append(Term("moe_dispatch", f"{label}: expert slots (4 buffers)", 4 * slots * D * A, "device",
+                            "transient", f"4 x E_local x G x C x D x {A} B (G = {z.groups_per_device} sequences, "
+                            f"C = {C} slots)", "working"))
+            if z.capacity:
+                mlp.append(Term("moe_masks", f"{label}: dispatch and combine masks", z.b * S * E * C * (1 + A),
+                                "device", "transient", f"b x S x E x C x (1 + {A}) B", "working"))
             mlp.append(Term("moe_weights", f"{label}: expert weights in the compute dtype (2 layers)",
                             2 * 3 * El * D * Fe * A, "device", "transient", f"2 x 3 x E_local x D x F_e x {A} B",
                             "working"))
-            if flags.get("xla_gpu_enable_while_loop_double_buffering"):
-                mlp += _top_level_flash_zeros(cfg, z)
         if routed:
             if z.shared_F:
                 mlp.append(Term("shared_hidden", f"{label}: shared expert's hidden tensors",

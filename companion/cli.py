@@ -89,7 +89,8 @@ def _compare(args) -> int:
 
 # what a MaxText config decides, and the flags that would say it a second time
 _MAXTEXT_DECIDES = {"model": None, "batch": None, "seq": None, "policy": "full", "mesh": None, "attention": None,
-                    "moe": None, "capacity_factor": None, "ragged_buffer_factor": None, "grad_accum": 1,
+                    "moe": None, "capacity_factor": None, "ragged_buffer_factor": None, "moe_imbalance": None,
+                    "grad_accum": 1,
                     "offload_optimizer": False, "offload_params": False}
 
 
@@ -115,10 +116,13 @@ def _maxtext_run(args):
 
     if getattr(args, "maxtext_run", None) is not None:  # read once (flags --compare compiles several times)
         return args.maxtext_run
-    both = [f"--{k.replace('_', '-')}" for k, default in _MAXTEXT_DECIDES.items() if getattr(args, k) != default]
+    # --moe grouped|ragged_dot picks the kernel of MaxText's sparse path (no MaxText key does: the jaxlib does)
+    kernel = args.moe if args.moe in ("grouped", "ragged_dot") else None
+    both = [f"--{k.replace('_', '-')}" for k, default in _MAXTEXT_DECIDES.items()
+            if getattr(args, k) != default and not (k == "moe" and kernel)]
     if both:
         raise ValueError(f"{', '.join(both)} and --maxtext-config both set the run: give one of them")
-    run = args.maxtext_run = maxtext.read(args.maxtext_config)
+    run = args.maxtext_run = maxtext.read(args.maxtext_config, sparse_kernel=kernel or "ragged_dot")
     args.model, args.seq, args.policy = run.model, run.seq, run.policy
     args.batch = 1  # until the target's GPUs give MaxText's global batch (_step_inputs)
     return run
@@ -141,15 +145,13 @@ def _step_inputs(args):
     flag_set = xla_flags.resolve(spec, workarounds=not args.no_workarounds)  # cheap checks first
     cfg = models.config(args.model, **({"attention": args.attention} if args.attention else {}))
     moe = {k: v for k, v in (("dispatch", args.moe), ("capacity_factor", args.capacity_factor),
-                               ("ragged_buffer_factor", args.ragged_buffer_factor)) if v is not None}
+                               ("ragged_buffer_factor", args.ragged_buffer_factor), ("imbalance", args.moe_imbalance))
+           if v is not None}
     if moe:
         if cfg.moe is None:
-            raise ValueError(f"--moe, --capacity-factor and --ragged-buffer-factor need a model with routed experts; "
-                             f"{cfg.name} has none")
-        if moe.get("dispatch", cfg.moe.dispatch) == "capacity" and moe.get("capacity_factor", 1.25) <= 0:
-            raise ValueError(f"--capacity-factor {moe['capacity_factor']} must be positive with --moe capacity "
-                             "(MaxText's capacity_factor <= 0 means dropless: use --moe dropless)")
-        cfg = cfg.with_moe(**moe)
+            raise ValueError(f"--moe, --capacity-factor, --ragged-buffer-factor and --moe-imbalance need a model with "
+                             f"routed experts; {cfg.name} has none")
+        cfg = cfg.with_moe(**moe)  # each value checked by ModelConfig: one line naming it and its range
     target = _target(args)
     from .train import StateConfig
 
@@ -167,6 +169,7 @@ def _maxtext_out(args, cfg, target, mesh, flag_set, state, host_bytes: int) -> d
     out = {}
     if getattr(args, "maxtext_run", None) is not None:
         out["not_modelled"] = list(args.maxtext_run.not_modelled)
+        out["notes"] = list(args.maxtext_run.notes)
     if getattr(args, "maxtext_yaml", None):
         from . import maxtext
 
@@ -182,6 +185,8 @@ def _maxtext_out(args, cfg, target, mesh, flag_set, state, host_bytes: int) -> d
 
 
 def _print_maxtext(out: dict) -> None:
+    for note in out.get("notes", ()):
+        print(note)
     if out.get("not_modelled"):
         print(f"MaxText keys the lab does not model: {', '.join(out['not_modelled'])}")
     if "command_line" in out:
@@ -200,17 +205,36 @@ def _compiled(args):
     return cfg, trainer, state, report
 
 
+def _moe(cfg, batch: int, seq: int, mesh) -> dict:
+    """The step's routed experts (``models.moe.report``: the path, its kernel, buffer, routing assumption
+    and drops), for the JSON and a line of text; empty for a model without them."""
+    if cfg.moe is None:
+        return {}
+    from . import sharding
+    from .models import moe
+
+    ways = sharding.batch_ways(mesh)
+    return {"moe": moe.report(cfg, batch // ways * seq, max(batch // ways, 1), mesh.get("expert", 1))}
+
+
+def _print_moe(moe: dict) -> None:
+    if moe:
+        print(moe["moe"].summary())
+
+
 def _compile(args) -> int:
     cfg, trainer, state, report = _compiled(args)
+    moe = _moe(cfg, args.batch, args.seq, report.mesh)
     out = {"model": cfg.name, "policy": trainer.policy.name, "batch": args.batch, "seq": args.seq,
            "params": cfg.param_count(), "attention": cfg.attention,
-           "moe": cfg.moe.dispatch if cfg.moe is not None else None,
+           **{k: v.to_dict() for k, v in moe.items()},
            "state": dataclasses.asdict(state), **report.to_dict(),
            **({"maxtext": args.maxtext_out} if args.maxtext_out else {})}
     if args.json:
         print(json.dumps(out, indent=1))
     else:
         print(report.summary())
+        _print_moe(moe)
         _print_maxtext(args.maxtext_out)
     return 0
 
@@ -221,14 +245,17 @@ def _simulate(args) -> int:
     link = targets.host_link(args.link) if args.link else None  # a bad key fails before the compile
     cfg, trainer, state, report = _compiled(args)
     sim = schedule.simulate(report, link=link)
+    moe = _moe(cfg, args.batch, args.seq, report.mesh)
     if args.json:
         out = {"model": cfg.name, "policy": trainer.policy.name, "batch": args.batch, "seq": args.seq,
                "pipelined": bool(report.flags.get(PIPELINED_FLAG, False)), **sim.to_dict(),
+               **{k: v.to_dict() for k, v in moe.items()},
                "fits": report.fits, "usable_hbm_bytes": report.usable_hbm_bytes,
                "flag_set": report.flag_set.to_dict(), "offload_checks": report.offload.checks.to_dict()}
         print(json.dumps(out, indent=1))
     else:
         print(report.summary())
+        _print_moe(moe)
         print(sim.summary())
     return 0
 
@@ -266,8 +293,10 @@ def _budget(args) -> int:
     policy = policies.resolve(args.policy, emitted=models.checkpoint_names(cfg))
     result = budget.estimate(cfg, args.batch, args.seq, policy, mesh, target=target, state=state, flags=flag_set)
     mx = _maxtext_out(args, cfg, target, mesh, flag_set, state, result.host_bytes)
+    moe = _moe(cfg, args.batch, args.seq, mesh)
     if args.json:
         out = {"target": target.name, "num_devices": target.num_devices, **result.to_dict(),
+               **{k: v.to_dict() for k, v in moe.items()},
                "flag_set": flag_set.to_dict(), **({"maxtext": mx} if mx else {})}
         if policy.offloads:
             out["offload"] = {"checks": {"verdict": "not compiled", "note": "the memcpy-descriptor check needs the "
@@ -276,6 +305,7 @@ def _budget(args) -> int:
     else:
         print(f"{target.name} ({target.gpu.name}, {target.num_devices} GPUs)")
         print(result.table())
+        _print_moe(moe)
         _print_maxtext(mx)
     return 0
 
@@ -342,11 +372,18 @@ def _add_step_arguments(p: argparse.ArgumentParser) -> None:
                    help="attention: flash (the default: cuDNN's fused kernel where JAX can emit it, else the lab's "
                         "blockwise kernel), dot_product or chunked (teaching options)")
     p.add_argument("--moe", choices=models_configs.MOE_DISPATCHES, default=None,
-                   help="routed experts: dropless (the default, MaxText's sparse path) or capacity")
-    p.add_argument("--capacity-factor", type=float, default=None, help="the capacity dispatch's capacity_factor")
+                   help="routed experts: grouped (the default: MaxText's sparse path as a grouped GEMM, a tuned "
+                        "run's kernel), ragged_dot (the sparse path as pip jaxlib 0.10.2 runs jax.lax.ragged_dot: "
+                        "E_local x the FLOPs) or dense (MaxText's sparse_matmul: false)")
+    p.add_argument("--capacity-factor", type=float, default=None,
+                   help="the dense path's capacity_factor: > 0 drops past that many times an expert's balanced "
+                        "share, -1 (MaxText's default) runs every expert on every token")
     p.add_argument("--ragged-buffer-factor", type=float, default=None,
-                   help="dropless receive buffer under expert parallelism: -1 worst case (MaxText's default), "
-                        "else that many times the balanced size")
+                   help="the sparse paths' receive buffer under expert parallelism: -1 worst case (MaxText's "
+                        "default, never drops), else that many times the balanced rows")
+    p.add_argument("--moe-imbalance", type=float, default=None,
+                   help="routing assumption for the priced work: the most-loaded expert-parallel device receives "
+                        "this many times the balanced rows (default 1.0: balanced)")
     p.add_argument("--grad-accum", type=int, default=1, help="gradient_accumulation_steps (default 1)")
     p.add_argument("--offload-optimizer", action="store_true", help="optimizer_memory_host_offload")
     p.add_argument("--offload-params", action="store_true", help="parameter_memory_host_offload")

@@ -201,13 +201,23 @@ def _device_bytes(shapes) -> int:
     return sum(a.bytes for s in shapes for a in hlo.flatten_shape(s) if not a.on_host)
 
 
+_ROUTED_ROWS = re.compile(r"moe_all_to_all\[rows=(\d+)\]")
+
+
 def buffer_bytes(module: hlo.HloModule, instr: hlo.Instruction, kind: str) -> int:
-    """The full buffer a collective works on: the larger of its operands and its result."""
+    """The full buffer a collective works on: the larger of its operands and its result. A ragged
+    all-to-all moves the rows it sends, not its padded buffer: the MoE's (``models.moe``, named
+    ``moe_all_to_all[rows=N]``, forward and backward) the rows routed under the step's routing
+    assumption; any other its input."""
     target = hlo.wrapped_root(module, instr) if instr.opcode == "async-start" else instr
     if target is None:
         return 0
     operands = module.operand_shapes(target)
-    if kind == "ragged-all-to-all":  # input, output, offsets and sizes: the input is what is sent
+    if kind == "ragged-all-to-all":  # input, output, offsets and sizes
+        routed = _ROUTED_ROWS.search(target.op_name) or _ROUTED_ROWS.search(instr.op_name)
+        sent = hlo.flatten_shape(operands[0])[0] if operands else None
+        if routed and sent is not None and sent.dims:
+            return int(routed.group(1)) * sent.bytes // sent.dims[0]
         return _device_bytes(operands[:1])
     result = target.shape
     if target.opcode.endswith("-start") and isinstance(result, hlo.TupleShape) and len(result.elements) >= 2:

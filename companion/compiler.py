@@ -16,8 +16,10 @@ else the CPU with a one-line warning.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import hashlib
 import importlib.util
 import json
 import os
@@ -255,6 +257,20 @@ class HostMemory:
 
 
 @dataclasses.dataclass(frozen=True)
+class Workload:
+    """What a compiled step computes for its model, whatever the policy, kernels or flags: MaxText's
+    model FLOPs (``companion.flops``) and the tokens, per device and step — the numerators of
+    TFLOP/s, MFU and tokens/s."""
+
+    model_flops: float
+    tokens: float
+    description: str = ""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
 class CompileReport:
     """What one compile of one function for one target gave, per device.
 
@@ -282,6 +298,7 @@ class CompileReport:
     hlo_text: str = dataclasses.field(repr=False)
     compiler_log: str = dataclasses.field(default="", repr=False)
     dump: xla_dump.XlaDump | None = dataclasses.field(default=None, repr=False)
+    workload: Workload | None = None  # set by the lab's step compiles (train.compile_step / compile_layer_stack)
 
     @property
     def flags(self) -> dict[str, Any]:
@@ -394,7 +411,7 @@ class CompileReport:
 def compile(fn: Callable, *args, placement: Placement,
             flags: str | Mapping[str, Any] | xla_flags.FlagSet | None = None, workarounds: bool = True,
             dump: bool | str | Path = False, static_argnums=(), donate_argnums=(),
-            host_arguments: Sequence[bool] | None = None) -> CompileReport:
+            host_arguments: Sequence[bool] | None = None, workload: Workload | None = None) -> CompileReport:
     """Lower and compile ``fn`` for ``placement`` with abstract ``args``; return the report.
 
     ``args`` are pytrees of ``jax.ShapeDtypeStruct`` (see ``Placement.abstract``). ``flags`` are
@@ -405,6 +422,7 @@ def compile(fn: Callable, *args, placement: Placement,
     schedule into ``report.dump`` (from a temporary folder, removed afterwards); a path keeps them.
     ``host_arguments``: one flag per leaf of ``args`` (``jax.tree.leaves``), True for arrays that
     live in pinned host memory between steps (MaxText's optimizer and parameter offload).
+    ``workload``: the model FLOPs and tokens the step computes, for throughput (``Workload``).
     """
     warn_if_xla_flags_changed()
     flag_set = xla_flags.resolve(flags, workarounds=workarounds)
@@ -412,6 +430,9 @@ def compile(fn: Callable, *args, placement: Placement,
     if hasattr(fn, "lower") and (static_argnums or donate_argnums):
         raise ValueError("fn is already jitted: give static_argnums/donate_argnums to jax.jit, not to compile()")
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn, static_argnums=static_argnums, donate_argnums=donate_argnums)
+    cache = kernel_cache_file(placement, flag_set)
+    if cache:
+        options = {**options, "xla_gpu_kernel_cache_file": cache}
     dump_dir = (tempfile.mkdtemp(prefix="xla_dump_") if dump is True else str(dump)) if dump else None
     if dump_dir:
         options = {**options, "xla_dump_to": dump_dir, "xla_dump_hlo_as_text": True,
@@ -419,7 +440,7 @@ def compile(fn: Callable, *args, placement: Placement,
     try:
         with stderr.capture() as log:
             start = time.perf_counter()
-            with jax.set_mesh(placement.mesh):
+            with jax.set_mesh(placement.mesh), _compute_capability(placement):
                 lowered = jitted.lower(*args)
             if host_arguments is not None:
                 _mark_host_arguments(lowered, host_arguments, len(jax.tree.leaves(args)))
@@ -430,10 +451,63 @@ def compile(fn: Callable, *args, placement: Placement,
                 first = str(err).splitlines()[0]
                 raise ValueError(f"XLA refused the compile for {placement.target.name}: {first}") from None
             seconds = time.perf_counter() - start
-        return _report(compiled, placement, seconds, flag_set, log.text, dump_dir)
+        return _report(compiled, placement, seconds, flag_set, log.text, dump_dir, workload)
     finally:
         if dump is True:
             shutil.rmtree(dump_dir, ignore_errors=True)
+
+
+KERNEL_CACHE_ENV = "OFFLOAD_LAB_KERNEL_CACHE"
+
+
+def kernel_cache_file(placement: Placement, flag_set: xla_flags.FlagSet) -> str | None:
+    """XLA's persistent kernel cache for this compile (``--xla_gpu_kernel_cache_file``), or None.
+
+    Most of a GPU compile is code generation (LLVM and ptxas for each of the step's fused kernels:
+    ~19 of ~25 s for DeepSeek-V3's step on 2 cores, ``benchmarks/bench_compile.py``), and the
+    memory and schedule the lab reads do not depend on it. XLA keeps each kernel's binary in this
+    file by its fingerprint and reuses it in later compiles, in any process (it writes the file
+    atomically: ``kernel_reuse_cache.cc``); the same model under another policy, batch or flag
+    reuses most kernels. One file per jaxlib, GPU and flag set, in ``$OFFLOAD_LAB_KERNEL_CACHE``
+    (default ``~/.cache/offload-lab/xla-kernels``; ``off`` turns it off). Compile seconds are then
+    those of a warm cache; the compile benchmark reports cold ones too.
+    """
+    folder = os.environ.get(KERNEL_CACHE_ENV, "")
+    if placement.backend == "cpu" or folder.lower() == "off":
+        return None
+    folder = folder or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                                    "offload-lab", "xla-kernels")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return None
+    digest = hashlib.sha256(json.dumps(flag_set.flags, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return os.path.join(folder, f"jaxlib-{jax.__version__}-{placement.target.gpu.key}-{digest}.bin")
+
+
+@contextlib.contextmanager
+def _compute_capability(placement: Placement):
+    """While a step for a compile-only target is lowered, JAX's cuDNN attention asks that target's
+    compute capability: jax 0.10.2 asks the *local* GPU (``fused_attention_stablehlo.
+    check_compute_capability``), so without one it would refuse head dims only Hopper and later
+    take (MLA's 192/128), though the compile is for such a GPU."""
+    if placement.backend != "cuda":
+        yield
+        return
+    from jax._src.cudnn import fused_attention_stablehlo as cudnn
+
+    target = placement.target.gpu.compute_capability
+    asks = (cudnn.check_compute_capability, cudnn.is_cuda_compute_capability_equal)
+
+    def parse(capability: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in capability.split("."))
+
+    cudnn.check_compute_capability = lambda capability: tuple(target) >= parse(capability)
+    cudnn.is_cuda_compute_capability_equal = lambda capability: tuple(target) == parse(capability)
+    try:
+        yield
+    finally:
+        cudnn.check_compute_capability, cudnn.is_cuda_compute_capability_equal = asks
 
 
 ANALYTICAL_ESTIMATOR = "xla_gpu_enable_analytical_latency_estimator"
@@ -477,7 +551,7 @@ def _mark_host_arguments(lowered, host: Sequence[bool], count: int) -> None:
 
 
 def _report(compiled, placement: Placement, seconds: float, flag_set: xla_flags.FlagSet, log: str,
-            dump_dir: str | None) -> CompileReport:
+            dump_dir: str | None, workload: Workload | None) -> CompileReport:
     stats = compiled.memory_analysis()
     text = compiled.as_text()
     module = hlo.parse_module(text)
@@ -509,12 +583,13 @@ def _report(compiled, placement: Placement, seconds: float, flag_set: xla_flags.
         host=host,
         offload=dataclasses.replace(hlo.offload_summary(module), checks=descriptors.check(module)),
         collectives=hlo.collective_summary(module),
-        flops=hlo.flop_summary(module),
+        flops=hlo.flop_summary(module, target.gpu.architecture.grouped_gemm_tile_rows),
         compile_seconds=seconds,
         flag_set=flag_set,
         hlo_text=text,
         compiler_log=log,
         dump=xla_dump.read(Path(dump_dir)) if dump_dir else None,
+        workload=workload,
     )
     report.__dict__["module"] = module  # the cached property's value: parsing a 671B module takes a second
     return report

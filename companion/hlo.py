@@ -652,6 +652,54 @@ def collective_summary(module: HloModule) -> CollectiveSummary:
     return CollectiveSummary(dict(counts), dict(moved))
 
 
+# ----------------------------------------------------------------------------- grouped GEMMs
+
+GROUPED_GEMM_TARGET = "offload_lab_grouped_gemm"  # the stand-in custom call of ``models.grouped_gemm``
+ROUTED_EXPERTS_SCOPE = "routed_experts"  # the named scope of every MoE path's expert matmuls
+GROUPED_GEMM_TILE_ROWS = 128  # rows per tile of a Hopper grouped GEMM (``targets.Gpu.grouped_gemm_tile_rows``)
+_FFI_ATTR = re.compile(r'(\w+)\s*=\s*(?:"([^"]*)"|(-?\d+))')
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupedGemm:
+    """One pass of the grouped-GEMM stand-in: ``[rows, k] x [experts, k, n]`` per expert (fprop;
+    dgrad and wgrad are the same product's other two sides), priced as the kernel it stands for."""
+
+    kind: str  # fprop | dgrad | wgrad
+    experts: int
+    k: int  # the forward's contraction
+    n: int  # the forward's output width
+    routed_rows: int  # rows routed to this device under balanced routing
+    expected_rows: int  # rows the kernel computes on the most-loaded device (the routing assumption)
+    dtype_bytes: int
+
+    def computed_rows(self, tile: int) -> int:
+        """Rows the kernel multiplies: each expert's share of ``expected_rows`` rounded up to whole
+        tiles, Σ_e ceil(m_e / tile) x tile with m_e = expected_rows / experts."""
+        return self.experts * math.ceil(math.ceil(self.expected_rows / self.experts) / tile) * tile
+
+    def flops(self, tile: int) -> float:
+        return 2.0 * self.computed_rows(tile) * self.k * self.n
+
+    @property
+    def hbm_bytes(self) -> int:
+        """Each routed row's activations once (both sides of the pass) and each expert's weights once."""
+        return (self.expected_rows * (self.k + self.n) + self.experts * self.k * self.n) * self.dtype_bytes
+
+
+def grouped_gemm(module: HloModule, instr: Instruction) -> GroupedGemm | None:
+    """The grouped-GEMM pass a stand-in custom call stands for (None for any other instruction)."""
+    if instr.opcode != "custom-call" or instr.custom_call_target != GROUPED_GEMM_TARGET:
+        return None
+    attrs = {m.group(1): m.group(2) if m.group(2) is not None else int(m.group(3))
+             for m in _FFI_ATTR.finditer(instr.attrs.get("backend_config", ""))}
+    operands = [flatten_shape(s)[0] for s in module.operand_shapes(instr)]
+    weights = flatten_shape(instr.shape)[0] if attrs.get("kind") == "wgrad" else operands[1]
+    experts, k, n = weights.dims
+    return GroupedGemm(str(attrs.get("kind", "")), experts, k, n, int(attrs.get("routed_rows", 0)),
+                       int(attrs.get("expected_rows", 0)), DTYPE_BITS[weights.dtype] // 8)
+
+
 # ----------------------------------------------------------------------------- FLOPs and bytes
 
 _GEMM_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul", "__cublas$lt$matmul$f8")
@@ -663,8 +711,12 @@ def _dims(attr: str) -> list[int]:
     return [int(d) for d in attr.strip("{}").split(",") if d.strip()]
 
 
-def dot_flops(module: HloModule, instr: Instruction) -> float:
-    """FLOPs of one execution of a dot, convolution or cuBLAS gemm custom-call (2 per multiply-add)."""
+def dot_flops(module: HloModule, instr: Instruction, grouped_tile: int = GROUPED_GEMM_TILE_ROWS) -> float:
+    """FLOPs of one execution of a dot, convolution, cuBLAS gemm or cuDNN attention custom call (2 per
+    multiply-add); a grouped-GEMM stand-in counts the rows its kernel computes in ``grouped_tile``-row tiles."""
+    grouped = grouped_gemm(module, instr)
+    if grouped is not None:
+        return grouped.flops(grouped_tile)
     operands = module.operand_shapes(instr)
     out = flatten_shape(instr.shape)[0] if flatten_shape(instr.shape) else None
     if out is None or not operands:
@@ -719,31 +771,50 @@ def phase_of(op_name: str) -> str:
     return "other"
 
 
+OP_CLASSES = ("matmul", "grouped_matmul", "attention", "other_compute", "copy")
+
+
+def _matmul_class(instr: Instruction) -> str:
+    """The class of a matmul-doing instruction: cuDNN attention, the routed experts' matmuls (the
+    grouped-GEMM stand-in, and any path's matmuls under ``ROUTED_EXPERTS_SCOPE``), or a matmul."""
+    if instr.opcode == "custom-call" and instr.custom_call_target.startswith(CUDNN_ATTENTION):
+        return "attention"
+    if instr.custom_call_target == GROUPED_GEMM_TARGET or ROUTED_EXPERTS_SCOPE in instr.op_name:
+        return "grouped_matmul"
+    return "matmul"
+
+
 @dataclasses.dataclass(frozen=True)
 class FlopSummary:
-    """Matmul FLOPs per step (dots, convolutions, gemm custom-calls), loops by trip count."""
+    """Matmul FLOPs per step (dots, convolutions, gemm, attention and grouped-GEMM custom calls),
+    loops by trip count: what the compiled program executes."""
 
     total: float
     by_phase: dict[str, float]  # forward | backward | recompute | other
     exact: bool = True  # False when conditionals or loops without a known trip count were counted
+    by_class: dict[str, float] = dataclasses.field(default_factory=dict)  # matmul | grouped_matmul | attention
 
     @property
     def recompute(self) -> float:
         return self.by_phase.get("recompute", 0.0)
 
     def to_dict(self) -> dict:
-        return {"total": self.total, "by_phase": dict(self.by_phase), "exact": self.exact}
+        return {"total": self.total, "by_phase": dict(self.by_phase), "by_class": dict(self.by_class),
+                "exact": self.exact}
 
 
-def flop_summary(module: HloModule) -> FlopSummary:
+def flop_summary(module: HloModule, grouped_tile: int = GROUPED_GEMM_TILE_ROWS) -> FlopSummary:
     by_phase: Counter = Counter()
+    by_class: Counter = Counter()
     for instr in module.instructions():
         if instr.opcode in ("dot", "convolution", "custom-call"):
-            flops = dot_flops(module, instr)
+            flops = dot_flops(module, instr, grouped_tile) * module.executions(instr)
             if flops:
-                by_phase[phase_of(instr.op_name)] += flops * module.executions(instr)
+                by_phase[phase_of(instr.op_name)] += flops
+                by_class[_matmul_class(instr)] += flops
     exact = not module.conditionals and not module.unknown_trip_count_loops
-    return FlopSummary(float(sum(by_phase.values())), {k: float(v) for k, v in by_phase.items()}, exact)
+    return FlopSummary(float(sum(by_phase.values())), {k: float(v) for k, v in by_phase.items()}, exact,
+                       {k: float(v) for k, v in by_class.items()})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -758,6 +829,8 @@ class OpCost:
     executions: int
     computation: str
     phase: str
+    op_class: str = "other_compute"  # a compute op's class (OP_CLASSES)
+    grouped_kind: str = ""  # a grouped-GEMM pass: fprop | dgrad | wgrad
 
     @property
     def flops_per_step(self) -> float:
@@ -768,33 +841,42 @@ class OpCost:
         return self.bytes * self.executions
 
 
-def _inner_matmuls(module: HloModule, instr: Instruction) -> tuple[float, str, str]:
+def _inner_matmuls(module: HloModule, instr: Instruction,
+                   grouped_tile: int) -> tuple[float, str, Instruction | None]:
     """FLOPs of the matmuls an op runs (itself, or inside the computations it fuses), their input
-    dtype, and the phase of the largest one ("" without matmuls)."""
-    flops, dtype, phase = dot_flops(module, instr), "", ""
+    dtype, and the largest of them (None without matmuls)."""
+    flops, dtype, largest = dot_flops(module, instr, grouped_tile), "", None
     if flops:
         operands = module.operand_shapes(instr)
         dtype = flatten_shape(operands[0])[0].dtype if operands else ""
-        phase = phase_of(instr.op_name)
+        largest = instr
     if instr.opcode in ("while", "call", "conditional"):
-        return flops, dtype, phase
-    largest = flops
+        return flops, dtype, largest
+    most = flops
     for callee in instr.called:
         comp = module.computations.get(callee)
         if comp is None:
             continue
         for inner in comp.instructions:
-            f, d, ph = _inner_matmuls(module, inner)
+            f, d, big = _inner_matmuls(module, inner, grouped_tile)
             flops += f
             dtype = dtype or d
-            if f > largest:
-                largest, phase = f, ph
-    return flops, dtype, phase
+            if f > most:
+                most, largest = f, big
+    return flops, dtype, largest
 
 
-def op_costs(module: HloModule, host_transfers: set[str] | None = None) -> list[OpCost]:
-    """Every scheduled op with its matmul FLOPs and HBM bytes per execution (roofline inputs);
-    ``host_transfers``: the names of ``offload_summary(module)``'s transfers, when known."""
+def _is_copy(module: HloModule, instr: Instruction) -> bool:
+    """A device copy: ``copy``/``copy-start``, or a fusion whose root is one (layout changes, moves)."""
+    return instr.opcode in ("copy", "copy-start") or (instr.opcode == "fusion"
+                                                      and _wrapped_root_opcode(module, instr) == "copy")
+
+
+def op_costs(module: HloModule, host_transfers: set[str] | None = None,
+             grouped_tile: int = GROUPED_GEMM_TILE_ROWS) -> list[OpCost]:
+    """Every scheduled op with its matmul FLOPs and HBM bytes per execution (roofline inputs) and
+    its class; ``host_transfers``: the names of ``offload_summary(module)``'s transfers, when
+    known; ``grouped_tile``: the rows per tile of the GPU's grouped GEMM."""
     costs = []
     if host_transfers is None:
         host_transfers = {t.name for t in offload_summary(module).transfers}
@@ -807,12 +889,16 @@ def op_costs(module: HloModule, host_transfers: set[str] | None = None) -> list[
             kind = "collective"
         else:
             kind = "compute"
-        flops, dtype, matmul_phase = _inner_matmuls(module, instr)
-        moved = _hbm_bytes(module, instr)
+        flops, dtype, largest = _inner_matmuls(module, instr, grouped_tile)
+        grouped = grouped_gemm(module, instr)
+        moved = grouped.hbm_bytes if grouped is not None else _hbm_bytes(module, instr)
+        op_class = (_matmul_class(largest) if largest is not None
+                    else "copy" if _is_copy(module, instr) else "other_compute")
         # a fusion's metadata is its root's; an op with matmuls belongs to its largest matmul's phase
         # (a recomputed projection fused into a backward op is recompute), any other op to its own
+        phase = phase_of(largest.op_name if largest is not None else instr.op_name)
         costs.append(OpCost(instr.name, kind, flops, moved, dtype, module.executions(instr), instr.computation,
-                            matmul_phase or phase_of(instr.op_name)))
+                            phase, op_class, grouped.kind if grouped is not None else ""))
     return costs
 
 

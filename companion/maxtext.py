@@ -60,6 +60,7 @@ class MaxTextRun:
     moe: dict = dataclasses.field(default_factory=dict)  # ModelConfig.with_moe changes
     state: StateConfig = StateConfig()
     not_modelled: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # how the lab read what the config leaves to the software stack
 
     def config(self):
         """The lab's model config, with the run's attention and MoE."""
@@ -112,8 +113,13 @@ def _load(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
     return data
 
 
-def read(source: str | Path | Mapping[str, Any]) -> MaxTextRun:
-    """A MaxText config (a YAML file of overrides, or the mapping) as the lab's inputs."""
+def read(source: str | Path | Mapping[str, Any], sparse_kernel: str = "ragged_dot") -> MaxTextRun:
+    """A MaxText config (a YAML file of overrides, or the mapping) as the lab's inputs. MaxText's sparse
+    MoE path is read as ``sparse_kernel``: ``ragged_dot`` (what its GPU code calls, as pip jaxlib 0.10.2
+    runs it) or ``grouped`` (the grouped-GEMM kernel a tuned deployment runs for the same call); no
+    MaxText key chooses between them, the jaxlib does."""
+    if sparse_kernel not in ("ragged_dot", "grouped"):
+        raise ValueError(f"sparse_kernel {sparse_kernel!r}: choose ragged_dot or grouped")
     raw = _load(source)
     name = raw.get("model_name")
     if name not in MODEL_NAMES:
@@ -142,17 +148,16 @@ def read(source: str | Path | Mapping[str, Any]) -> MaxTextRun:
         raise ValueError(f"attention {attention!r}: the lab models {', '.join(ATTENTION)}")
     moe = {}
     cfg = model_configs.config(MODEL_NAMES[name])
+    notes = []
     if cfg.moe is not None:
-        factor = float(raw.get("capacity_factor", -1.0))
-        if factor > 0:
-            moe = {"dispatch": "capacity", "capacity_factor": factor}
-        elif raw.get("sparse_matmul", True) is False:
-            raise ValueError("sparse_matmul: false with capacity_factor <= 0 (dense, dropless) is not modelled: "
-                             "the lab has the sparse dropless path and the capacity path")
-        else:
-            moe = {"dispatch": "dropless"}
-        if float(raw.get("ragged_buffer_factor", -1.0)) > 0:
-            moe["ragged_buffer_factor"] = float(raw["ragged_buffer_factor"])
+        moe = moe_path(raw)
+        if moe["dispatch"] == "ragged_dot":
+            moe["dispatch"] = sparse_kernel
+            notes.append("MoE: MaxText's sparse path read as jax.lax.ragged_dot, as pip jaxlib 0.10.2 runs it (every "
+                         "row times every local expert); --moe grouped shows it as a grouped-GEMM kernel"
+                         if sparse_kernel == "ragged_dot" else
+                         "MoE: MaxText's sparse path read as a grouped-GEMM kernel (a tuned deployment's; pip jaxlib "
+                         "0.10.2 runs jax.lax.ragged_dot densely instead: --moe ragged_dot)")
     state = StateConfig(gradient_accumulation_steps=int(raw.get("gradient_accumulation_steps", 1)),
                         optimizer_memory_host_offload=bool(raw.get("optimizer_memory_host_offload", False)),
                         parameter_memory_host_offload=bool(raw.get("parameter_memory_host_offload", False)))
@@ -164,7 +169,26 @@ def read(source: str | Path | Mapping[str, Any]) -> MaxTextRun:
     return MaxTextRun(
         model=MODEL_NAMES[name], policy=policy, per_device_batch_size=float(raw.get("per_device_batch_size", 12.0)),
         seq=int(raw.get("max_target_length", 2048)), ici=mesh["ici"], dcn=mesh["dcn"], attention=ATTENTION[attention],
-        moe=moe, state=state, not_modelled=tuple(sorted(k for k in raw if k not in READ_KEYS)))
+        moe=moe, state=state, not_modelled=tuple(sorted(k for k in raw if k not in READ_KEYS)), notes=tuple(notes))
+
+
+def moe_path(raw: Mapping) -> dict:
+    """The lab's MoE path for MaxText's keys (``moe.py`` at e591f30): ``sparse_matmul: false`` is the
+    dense path at ``capacity_factor``; ``sparse_matmul: true, megablox: false`` calls
+    ``jax.lax.ragged_dot`` (``--moe ragged_dot``: what pip jaxlib 0.10.2 runs; ``--moe grouped``
+    shows the grouped-GEMM kernel a tuned deployment runs instead); ``megablox: true`` (MaxText's
+    default) runs a TPU Pallas kernel in interpret mode on a GPU, which the lab does not model."""
+    factor = float(raw.get("capacity_factor", -1.0))
+    if raw.get("sparse_matmul", True) is False:
+        return {"dispatch": "dense", "capacity_factor": factor if factor > 0 else -1.0}
+    if raw.get("megablox", True) is not False:
+        raise ValueError("megablox: true on a GPU: MaxText runs its Megablox kernel (TPU Pallas) in interpret mode "
+                         "there (moe.py), not a GPU kernel; set megablox: false (jax.lax.ragged_dot, as MaxText's GPU "
+                         "configs do) or sparse_matmul: false (the dense path)")
+    moe = {"dispatch": "ragged_dot"}
+    if float(raw.get("ragged_buffer_factor", -1.0)) > 0:
+        moe["ragged_buffer_factor"] = float(raw["ragged_buffer_factor"])
+    return moe
 
 
 # ----------------------------------------------------------------------------- out
@@ -213,10 +237,11 @@ def overrides(cfg, policy, batch: int, seq: int, mesh: Mapping[str, int], num_de
         out[f"ici_{axis}_parallelism"] = ici[axis]
         out[f"dcn_{axis}_parallelism"] = dcn[axis]
     out["attention"] = EXPORT_ATTENTION[cfg.attention]
-    if cfg.moe is not None:
-        dropless = cfg.moe.dispatch == "dropless"
-        out.update({"sparse_matmul": dropless, "megablox": dropless,
-                    "capacity_factor": -1.0 if dropless else float(cfg.moe.capacity_factor)})
+    if cfg.moe is not None:  # grouped and ragged_dot are MaxText's sparse path (its GPU code calls ragged_dot)
+        sparse = cfg.moe.dispatch != "dense"
+        out.update({"sparse_matmul": sparse, "megablox": False, "capacity_factor": float(cfg.moe.capacity_factor)})
+        if sparse and cfg.moe.ragged_buffer_factor > 0:
+            out["ragged_buffer_factor"] = float(cfg.moe.ragged_buffer_factor)
     out["gradient_accumulation_steps"] = state.gradient_accumulation_steps
     out["optimizer_memory_host_offload"] = state.optimizer_memory_host_offload
     out["parameter_memory_host_offload"] = state.parameter_memory_host_offload

@@ -14,8 +14,9 @@ SYMBOLS: tuple[tuple[str, str], ...] = (
     ("V", "vocabulary size"),
     ("E, k", "routed experts, experts per token (MoE); E_local = E / expert, the experts on one device"),
     ("F_e, F_shared", "hidden width of one routed expert, of the shared expert (MoE)"),
-    ("R", "rows of the dropless MoE's tile-padded buffer per device (routed tokens, padded per expert)"),
-    ("G, C", "capacity MoE: token groups per device, and tokens each expert takes per group"),
+    ("R", "rows of the sparse MoE's receive buffer per device (b x S x k routed rows, x min(EP, E/k) at MaxText's "
+          "worst case, or x ragged_buffer_factor)"),
+    ("G, C", "dense MoE: sequences per device, and the slots each expert takes per sequence (capacity)"),
     ("S_c", "query rows per chunk (the chunked attention)"),
     ("A, W", "bytes per element of activations (compute dtype, bf16: 2) and of weights (fp32: 4)"),
     ("N", "number of GPUs (devices) in the mesh"),

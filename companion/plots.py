@@ -319,7 +319,8 @@ def step_bars(sims: Mapping[str, object], *, title: str = ""):
         for value, color, name in parts:
             ax.barh(i, value, left=left, color=EVENT_COLORS[color], label=name if i == 0 else None)
             left += value
-        ax.text(left, i, f"  {s.tflops_per_gpu:.0f} TFLOP/s", va="center", fontsize=9)
+        if s.tflops_per_gpu is not None:  # model FLOPs: only for a step compiled with its workload
+            ax.text(left, i, f"  {s.tflops_per_gpu:.0f} TFLOP/s", va="center", fontsize=9)
     ax.set_yticks(range(len(labels)), labels)
     ax.set_xlabel("simulated step (s)")
     ax.set_xlim(0, 1.25 * max(s.step_seconds for s in sims.values()))

@@ -15,6 +15,15 @@ per resource:
   at a time (concurrent collectives share the same wires);
 * ``async`` — other async work (device-to-device ``copy-start``, async fusions).
 
+Each kernel is priced as the kernel it stands for, by class (``hlo.OP_CLASSES``): cuBLAS matmuls and
+XLA's fusions at their rooflines; cuDNN's fused attention at the attention efficiency; a MoE grouped
+GEMM pass (the stand-in custom call of ``models.grouped_gemm``) as one grouped kernel: the rows its
+routing assumption puts on the most-loaded device, each expert's share rounded up to whole tiles
+(``Architecture.grouped_gemm_tile_rows``), FLOPs at a grouped GEMM's efficiency
+(``GROUPED_GEMM_EFFICIENCY``), HBM bytes = the rows' activations once and each expert's weights once
+(``hlo.GroupedGemm``); the MoE's ragged all-to-alls by the rows they carry, not their padded buffers
+(``collectives.buffer_bytes``).
+
 An async ``*-start`` issues its work when the compute stream reaches it; the work begins when its
 lane is free and fewer than ``async_compute_limit`` host transfers and async computes are running
 (XLA's ``--xla_gpu_experimental_parallel_async_compute_limit``, default 2: the scheduler keeps at
@@ -65,6 +74,9 @@ class CostModel:
       against 486 µs at peak, 79 %: ``benchmarks/bench_target_config.py``).
     * ``attention_efficiency`` 0.6 for fused attention kernels (cuDNN's ``__cudnn$fmha``):
       FlashAttention-3 reports 60-75 % of H100's bf16 peak forward and less backward.
+    * ``grouped_efficiency`` / ``grouped_wgrad_efficiency``: a grouped GEMM's share of the dense
+      bf16 peak (the MoE stand-in's passes, ``hlo.grouped_gemm``); None takes the GPU generation's
+      (``GROUPED_GEMM_EFFICIENCY``, with its sources).
     * ``hbm_efficiency`` 0.85 of the datasheet HBM bandwidth for memory-bound kernels (streaming
       copies reach 85-90 %).
     * ``kernel_gap_seconds`` 2 µs between kernels on the compute stream (launch and tail; MaxText's
@@ -77,6 +89,8 @@ class CostModel:
 
     matmul_efficiency: float = 0.75
     attention_efficiency: float = 0.6
+    grouped_efficiency: float | None = None
+    grouped_wgrad_efficiency: float | None = None
     hbm_efficiency: float = 0.85
     kernel_gap_seconds: float = 2e-6
     collectives: coll.CollectiveModel = coll.CollectiveModel()
@@ -84,8 +98,11 @@ class CostModel:
     concurrent_gpus: int | None = None
 
     def __post_init__(self):
-        for field in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency"):
+        for field in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency", "grouped_efficiency",
+                      "grouped_wgrad_efficiency"):
             value = getattr(self, field)
+            if value is None and field.startswith("grouped"):
+                continue
             if not isinstance(value, (int, float)) or not 0 < value <= 1:
                 raise ValueError(f"{field} must be in (0, 1], got {value!r}")
         if not isinstance(self.kernel_gap_seconds, (int, float)) or self.kernel_gap_seconds < 0:
@@ -96,6 +113,24 @@ class CostModel:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def grouped(self, gpu: targets.Gpu, kind: str) -> float:
+        """The grouped GEMM's efficiency for a pass (fprop, dgrad or wgrad) on ``gpu``."""
+        fprop, wgrad = GROUPED_GEMM_EFFICIENCY[gpu.architecture.name]
+        if kind == "wgrad":
+            return self.grouped_wgrad_efficiency or wgrad
+        return self.grouped_efficiency or fprop
+
+
+# A bf16 grouped GEMM's achievable share of the dense peak, (fprop and dgrad, wgrad), per generation.
+# Hopper: NVIDIA/TransformerEngine PR #2045 (2025-08) measured TE's grouped GEMM on H100 at 554-651 TFLOP/s
+# for 8-16 experts of 2-4k rows (0.56-0.66 of 989): 0.60; wgrad 0.55, an assumption (lower, as on Blackwell).
+# Blackwell: no published bf16 fprop figure but marin's (which the tests keep as the held-out check): the
+# dense bf16 GEMM's best shape reaches 77.6 % on B200 (stas00/ml-engineering, "maximum achievable matmul
+# FLOPS"), times Hopper's grouped/dense ratio (0.61 / 0.80): 0.59; wgrad 0.55, between cuDNN's 0.45-0.50 and
+# QuACK's 0.60-0.70 varlen-K kernels on GB200 (marin-community/marin PR #8814). Fine-grained experts (~100
+# rows each) run far lower (0.13-0.16 on H100, tgale96/grouped_gemm PR #37): not modelled.
+GROUPED_GEMM_EFFICIENCY = {"hopper": (0.60, 0.55), "blackwell": (0.59, 0.55)}
 
 
 # ----------------------------------------------------------------------------- the program
@@ -116,25 +151,30 @@ class Op:
     category: str = ""  # compute | transfer | collective | async
     bytes: float = 0.0
     flops: float = 0.0
+    op_class: str = ""  # a compute op's class (hlo.OP_CLASSES)
 
 
-def _compute_seconds(cost: hlo.OpCost, gpu: targets.Gpu, model: CostModel, attention: bool) -> float:
+def _compute_seconds(cost: hlo.OpCost, gpu: targets.Gpu, model: CostModel) -> float:
+    """A kernel's roofline on ``gpu``: its FLOPs at its class's efficiency (a grouped-GEMM pass at the
+    grouped kernel's, cuDNN attention at the attention kernel's, other matmuls at cuBLAS's), its HBM
+    bytes at the achievable bandwidth, plus the kernel gap."""
     if not cost.flops and not cost.bytes:
         return 0.0
-    efficiency = model.attention_efficiency if attention else model.matmul_efficiency
+    if cost.grouped_kind:
+        efficiency = model.grouped(gpu, cost.grouped_kind)
+    elif cost.op_class == "attention":
+        efficiency = model.attention_efficiency
+    else:
+        efficiency = model.matmul_efficiency
     flops_time = cost.flops / (matmul_rate(gpu, cost.dtype) * efficiency) if cost.flops else 0.0
     return max(flops_time, cost.bytes / (gpu.hbm_bandwidth * model.hbm_efficiency)) + model.kernel_gap_seconds
-
-
-def _uses_fused_attention(instr: hlo.Instruction) -> bool:
-    return instr.opcode == "custom-call" and instr.custom_call_target.startswith(hlo.CUDNN_ATTENTION)
 
 
 def build_program(module: hlo.HloModule, target: Target, model: CostModel) -> dict[str, list[Op]]:
     """Each scheduled computation as a list of ``Op``s with their costs on ``target`` (a host
     transfer carries its bytes: its seconds depend on the link the replay is given)."""
     transfers = {t.name: t for t in hlo.offload_summary(module).transfers}
-    costs = {c.name: c for c in hlo.op_costs(module, set(transfers))}
+    costs = {c.name: c for c in hlo.op_costs(module, set(transfers), target.gpu.architecture.grouped_gemm_tile_rows)}
     scheduled = module.scheduled_computations
     return {name: [_op(module, instr, target, model, costs, transfers) for instr in comp.instructions]
             for name, comp in module.computations.items() if name in scheduled}  # module order: deterministic
@@ -165,11 +205,12 @@ def _op(module, instr, target, model, costs, transfers) -> Op:
     cost = costs.get(instr.name)
     if cost is None:
         return Op(instr.name, opcode, "free")
-    seconds = _compute_seconds(cost, target.gpu, model, _uses_fused_attention(instr))
+    seconds = _compute_seconds(cost, target.gpu, model)
     if is_start:  # a device copy or an async computation on its own stream
-        return Op(instr.name, opcode, "start", "async", seconds, category="async", bytes=cost.bytes, flops=cost.flops)
+        return Op(instr.name, opcode, "start", "async", seconds, category="async", bytes=cost.bytes, flops=cost.flops,
+                  op_class=cost.op_class)
     return Op(instr.name, opcode, "compute", "compute", seconds, category="compute", bytes=cost.bytes,
-              flops=cost.flops)
+              flops=cost.flops, op_class=cost.op_class)
 
 
 # ----------------------------------------------------------------------------- the result
@@ -194,9 +235,22 @@ class Event:
         return self.end - self.start
 
 
+SCHEMA = 2  # of ``StepSimulation.to_dict`` (simulate --json): 2 gave FLOPs one meaning each and the op-class tables
+
+
 @dataclasses.dataclass(frozen=True)
 class StepSimulation:
-    """One training step replayed on one GPU of ``target`` (per device; seconds)."""
+    """One training step replayed on one GPU of ``target`` (per device; seconds).
+
+    FLOPs, one meaning each: ``model_flops`` is MaxText's count of the model's work (``companion.flops``,
+    from the compile's ``Workload``; None for a function compiled without one), the numerator of
+    TFLOP/s and MFU, the same for every policy at a batch; ``hardware_flops`` is what the compiled
+    program executes (recompute, padding, dispatch einsums, a grouped GEMM's tiles, ``ragged_dot``'s
+    dense expansion), ``recompute_flops`` the part of it remat added. ``flops_by_kind`` and
+    ``time_by_kind`` split the executed FLOPs and the busy seconds by op class (``hlo.OP_CLASSES``;
+    collectives by lane, ``collective:nvlink``/``collective:network``; host transfers by direction,
+    ``transfer:d2h``/``transfer:h2d``): streams overlap, so the seconds do not add up to the step.
+    """
 
     target: str
     link: str
@@ -207,12 +261,16 @@ class StepSimulation:
     exposed_other_seconds: float  # ... for other async work
     exposed_transfer_by_direction: dict[str, float]  # the exposed transfer seconds of writes (d2h) and reads (h2d)
     busy_seconds: dict[str, float]  # per lane
-    model_flops: float  # matmul FLOPs of the step without the recompute, per device
+    model_flops: float | None  # MaxText's count, per device (None without a workload)
+    hardware_flops: float  # what the compiled program executes, per device
     recompute_flops: float
     peak_flops: float  # the GPU's dense bf16 peak, FLOP/s
     peak_device_bytes: int
     host_bytes: int
     loop_iteration_seconds: dict[str, float]  # per loop body: one steady-state iteration
+    tokens: float | None = None  # per device per step (None without a workload)
+    flops_by_kind: dict[str, float] = dataclasses.field(default_factory=dict)
+    time_by_kind: dict[str, float] = dataclasses.field(default_factory=dict)
     events: tuple[Event, ...] = dataclasses.field(repr=False, default=())
     cost_model: CostModel = CostModel()
     async_compute_limit: int = 2
@@ -222,23 +280,37 @@ class StepSimulation:
         return self.exposed_transfer_seconds + self.exposed_collective_seconds + self.exposed_other_seconds
 
     @property
-    def tflops_per_gpu(self) -> float:
-        """Model FLOP/s per GPU (recompute not counted), in TFLOP/s."""
-        return self.model_flops / self.step_seconds / 1e12 if self.step_seconds else 0.0
+    def tflops_per_gpu(self) -> float | None:
+        """Model FLOP/s per GPU (MaxText's count over the simulated step), in TFLOP/s."""
+        if self.model_flops is None or not self.step_seconds:
+            return None
+        return self.model_flops / self.step_seconds / 1e12
 
     @property
-    def mfu(self) -> float:
-        return self.model_flops / self.step_seconds / self.peak_flops if self.step_seconds else 0.0
+    def mfu(self) -> float | None:
+        if self.model_flops is None or not self.step_seconds:
+            return None
+        return self.model_flops / self.step_seconds / self.peak_flops
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Tokens per second per GPU: how practitioners compare runs at a fixed global batch."""
+        if self.tokens is None or not self.step_seconds:
+            return None
+        return self.tokens / self.step_seconds
 
     def to_dict(self, events: bool = False) -> dict[str, Any]:
-        out = {"target": self.target, "link": self.link, "step_seconds": self.step_seconds,
+        out = {"schema": SCHEMA, "target": self.target, "link": self.link, "step_seconds": self.step_seconds,
                "compute_seconds": self.compute_seconds, "exposed_transfer_seconds": self.exposed_transfer_seconds,
                "exposed_collective_seconds": self.exposed_collective_seconds,
                "exposed_other_seconds": self.exposed_other_seconds,
                "exposed_transfer_by_direction": dict(self.exposed_transfer_by_direction),
-               "busy_seconds": dict(self.busy_seconds),
+               "busy_seconds": dict(self.busy_seconds), "tokens_per_device": self.tokens,
+               "tokens_per_second_per_gpu": self.tokens_per_second,
                "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu, "model_flops": self.model_flops,
-               "recompute_flops": self.recompute_flops, "peak_device_bytes": self.peak_device_bytes,
+               "hardware_flops": self.hardware_flops, "recompute_flops": self.recompute_flops,
+               "flops_by_kind": dict(self.flops_by_kind), "time_by_kind": dict(self.time_by_kind),
+               "peak_device_bytes": self.peak_device_bytes,
                "host_bytes": self.host_bytes, "loop_iteration_seconds": dict(self.loop_iteration_seconds),
                "async_compute_limit": self.async_compute_limit, "cost_model": self.cost_model.to_dict()}
         if events:
@@ -247,11 +319,15 @@ class StepSimulation:
 
     def summary(self) -> str:
         ms = 1e3
+        rate = (f"{self.tokens_per_second:,.0f} tokens/s and {self.tflops_per_gpu:.0f} TFLOP/s per GPU (model FLOPs), "
+                f"MFU {self.mfu:.1%}" if self.model_flops is not None and self.tokens is not None
+                else f"{self.hardware_flops / self.step_seconds / 1e12:.0f} TFLOP/s executed per GPU (no model "
+                     "FLOP count: compile with a Workload)" if self.step_seconds else "")
         return (f"{self.target} over {self.link}: step {self.step_seconds * ms:.1f} ms = compute "
                 f"{self.compute_seconds * ms:.1f} + exposed transfers {self.exposed_transfer_seconds * ms:.1f} + "
                 f"exposed collectives {self.exposed_collective_seconds * ms:.1f}"
                 + (f" + other waits {self.exposed_other_seconds * ms:.1f}" if self.exposed_other_seconds else "")
-                + f" ms; {self.tflops_per_gpu:.0f} TFLOP/s per GPU, MFU {self.mfu:.1%}")
+                + f" ms; {rate}")
 
     def lane_events(self, computation: str | None = None, iteration: int = 0) -> list[Event]:
         """Events of one computation's recorded iteration (all of them when ``computation`` is None)."""
@@ -419,6 +495,7 @@ class Simulator:
     limit: int
     peak_device_bytes: int = 0
     host_bytes: int = 0
+    workload: Any = None  # the compile's ``compiler.Workload`` (model FLOPs, tokens), when it has one
 
     def run(self, link: HostLink | str | None = None, *, max_events: int = 20000) -> StepSimulation:
         """One step on ``link`` (default: the target's own host link)."""
@@ -427,15 +504,19 @@ class Simulator:
         replay = _Replay(self.program, bandwidth, self.limit, max_events)
         replay.run(self.module.entry, True)
         flops = self.flops
+        by_kind = {**self.compute_by_class[1], **{f"collective:{lane}": replay.busy[lane] for lane in ("nvlink", "network")},
+                   **{f"transfer:{d}": replay.busy[d] for d in targets.DIRECTIONS}}
+        work = self.workload
         return StepSimulation(
             target=target.name, link=target.link.key, step_seconds=replay.t, compute_seconds=replay.busy["compute"],
             exposed_transfer_seconds=replay.exposed["transfer"],
             exposed_collective_seconds=replay.exposed["collective"], exposed_other_seconds=replay.exposed["async"],
             exposed_transfer_by_direction={d: replay.exposed[d] for d in targets.DIRECTIONS},
-            busy_seconds=dict(replay.busy), model_flops=flops.total - flops.recompute,
-            recompute_flops=flops.recompute, peak_flops=target.gpu.bf16_dense_flops,
+            busy_seconds=dict(replay.busy), model_flops=work.model_flops if work else None,
+            hardware_flops=flops.total, recompute_flops=flops.recompute, peak_flops=target.gpu.bf16_dense_flops,
             peak_device_bytes=self.peak_device_bytes, host_bytes=self.host_bytes,
-            loop_iteration_seconds=dict(replay.iteration_seconds), events=tuple(replay.events),
+            loop_iteration_seconds=dict(replay.iteration_seconds), tokens=work.tokens if work else None,
+            flops_by_kind=self.compute_by_class[0], time_by_kind=by_kind, events=tuple(replay.events),
             cost_model=self.cost_model, async_compute_limit=self.limit)
 
     def bandwidth(self, link: HostLink) -> dict[str, float]:
@@ -444,7 +525,20 @@ class Simulator:
 
     @functools.cached_property
     def flops(self) -> hlo.FlopSummary:
-        return hlo.flop_summary(self.module)
+        return hlo.flop_summary(self.module, self.target.gpu.architecture.grouped_gemm_tile_rows)
+
+    @functools.cached_property
+    def compute_by_class(self) -> tuple[dict[str, float], dict[str, float]]:
+        """(FLOPs, seconds) of every kernel by op class, times its executions: what each class puts
+        on the compute stream (and the async stream's device copies) per step."""
+        counts = self.module.execution_counts
+        flops, seconds = dict.fromkeys(hlo.OP_CLASSES, 0.0), dict.fromkeys(hlo.OP_CLASSES, 0.0)
+        for comp, ops in self.program.items():
+            for op in ops:
+                if op.category in ("compute", "async") and op.op_class:
+                    flops[op.op_class] += op.flops * counts.get(comp, 0)
+                    seconds[op.op_class] += op.seconds * counts.get(comp, 0)
+        return flops, seconds
 
     def op_seconds(self) -> float:
         """Every compute op's time times its executions: the step with nothing overlapped or waited for."""
@@ -462,9 +556,9 @@ def prepare(compiled, target: Target | str | None = None, *, cost_model: CostMod
         if target is None:
             raise ValueError("simulating HLO text needs a target, e.g. target='h100:1x8'")
         module = hlo.parse_module(compiled) if isinstance(compiled, str) else compiled
-        flags, peak, host = {}, 0, 0
+        flags, peak, host, workload = {}, 0, 0, None
     else:
-        module, flags = compiled.module, compiled.flags
+        module, flags, workload = compiled.module, compiled.flags, compiled.workload
         peak = compiled.device.peak_bytes
         host = compiled.host.total_bytes
         if target is None:
@@ -472,7 +566,7 @@ def prepare(compiled, target: Target | str | None = None, *, cost_model: CostMod
     if isinstance(target, str):
         target = targets.target(target)
     limit = cost_model.async_compute_limit or int(flags.get("xla_gpu_experimental_parallel_async_compute_limit", 2))
-    return Simulator(module, target, cost_model, build_program(module, target, cost_model), limit, peak, host)
+    return Simulator(module, target, cost_model, build_program(module, target, cost_model), limit, peak, host, workload)
 
 
 def simulate(compiled, target: Target | str | None = None, *, link: HostLink | str | None = None,

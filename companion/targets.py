@@ -197,6 +197,10 @@ class Architecture:
     scalar_units: dict[int, tuple[int, int]]  # dtype key -> (units per SM, ops per clock), at the SM clock
     matrix_units: dict[int, tuple[int, int]]  # dtype key -> (tensor cores per SM, ops per clock), tensor clock
     fp64_matrix_key: int = 12  # the one matrix rate XLA's files give at the SM clock
+    # Rows per tile of a grouped GEMM (each expert's rows rounded up to whole tiles): the M of the CTA
+    # tile of CUTLASS's grouped-GEMM examples, 128 on Hopper (57_hopper_grouped_gemm) and 256 on
+    # Blackwell (75_blackwell_grouped_gemm, 2-SM MMA); an assumption for other kernels.
+    grouped_gemm_tile_rows: int = 128
 
     def bf16_ops_per_sm_per_clock(self) -> int:
         units, ops = self.matrix_units[16]
@@ -213,6 +217,7 @@ BLACKWELL = Architecture(
     scalar_units={4: (64, 1), 8: (64, 1), 10: (128, 1), 11: (128, 1), 12: (64, 1), 16: (128, 1)},
     matrix_units={**{k: (4, 2048) for k in _FP8_KEYS}, 10: (4, 1024), 11: (4, 512), 12: (4, 16), 16: (4, 1024),
                   32: (4, 4096)},
+    grouped_gemm_tile_rows=256,
 )
 
 

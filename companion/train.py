@@ -26,7 +26,7 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from . import compiler, models, policies
+from . import compiler, flops, models, policies
 from .models import layers as layers_lib
 from .models.configs import ModelConfig
 from .sharding import AxisRules, constrain
@@ -320,8 +320,11 @@ def compile_layer_stack(cfg: ModelConfig | str, policy, placement: compiler.Plac
     x_spec = rules.spec(("activation_batch", "activation_length", "activation_embed"), mesh_shape,
                         (batch, seq, cfg.d_model), what="layer input")
     x = placement.abstract((batch, seq, cfg.d_model), cfg.dtype, x_spec)
+    count = flops.layer_stack_flops(cfg, batch / placement.num_devices, seq)
+    workload = compiler.Workload(count.total, batch * seq / placement.num_devices,
+                                 f"{cfg.name} layers, B={batch}, S={seq}")
     return compiler.compile(jax.grad(loss, argnums=(0, 1)), params, x, placement=placement, flags=flags,
-                            workarounds=workarounds, dump=dump)
+                            workarounds=workarounds, dump=dump, workload=workload)
 
 
 def compile_step(t: Trainer, placement: compiler.Placement, batch: int, seq: int, *,
@@ -331,4 +334,12 @@ def compile_step(t: Trainer, placement: compiler.Placement, batch: int, seq: int
     (flags: see ``compiler.compile``; by default MaxText's GPU flags and the lab's workarounds)."""
     state = abstract_state(t, placement, batch, seq, rules)
     return compiler.compile(t.jit_step(), *state.arguments(), placement=placement, flags=flags,
-                            workarounds=workarounds, dump=dump, host_arguments=state.host_arguments(t.state))
+                            workarounds=workarounds, dump=dump, host_arguments=state.host_arguments(t.state),
+                            workload=workload(t.cfg, placement.num_devices, batch, seq))
+
+
+def workload(cfg: ModelConfig, num_devices: int, batch: int, seq: int) -> compiler.Workload:
+    """A full step's model FLOPs and tokens per device (MaxText's count at ``batch / num_devices``
+    sequences per device)."""
+    return compiler.Workload(flops.model_flops(cfg, batch / num_devices, seq).total, batch * seq / num_devices,
+                             f"{cfg.name}, B={batch}, S={seq}")

@@ -49,13 +49,18 @@ def budget_view(model: str, batch: int, seq: int, policy: str, gpu: str, gpus: i
         result = budget_lib.estimate(cfg, int(batch), int(seq), policies.resolve(policy), mesh_shape, target=target)
     except ValueError as err:
         return BudgetView(None, None, f"Cannot budget this: {err}")
+    return BudgetView(result, target, budget_message(result, target))
+
+
+def budget_message(result: budget_lib.Budget, target: targets.Target) -> str:
+    """The explorer's one line: bytes per device, the verdict against usable HBM, the host bytes."""
     margin = result.margin_bytes / GiB
     verdict = (f"fits: {margin:.1f} GiB of {_usable(target)} to spare" if result.fits
                else f"does NOT fit: over {_usable(target)} by {-margin:.1f} GiB")
     if result.at_scheduler_limit:
         verdict += " (at XLA's scheduler limit, where its heap's packing decides: check with XLA)"
     host = f"; {result.host_bytes / GiB:.1f} GiB offloaded to the host" if result.host_bytes else ""
-    return BudgetView(result, target, f"{target.name}, {result.device_bytes / GiB:.1f} GiB per device: {verdict}{host}")
+    return f"{target.name}, {result.device_bytes / GiB:.1f} GiB per device: {verdict}{host}"
 
 
 def budget_figure(view, label: str, title: str, compiled_bytes: float | None = None):

@@ -9,6 +9,7 @@ from companion import cli, targets, widgets
 
 STEP = ["--batch", "4", "--seq", "64"]
 TINY = ["--model", "tiny-llama", "--gpus", "2"]
+DS = ["--model", "tiny-deepseek", "--gpus", "2"]
 
 
 def _write(tmp_path, name: str, text: str) -> str:
@@ -73,6 +74,15 @@ CLI_CASES = [
     ("unknown preset to print", lambda t: ["flags", "--preset", "fast"], ["'fast'", "maxtext_gpu"]),
     ("unknown subcommand", lambda t: ["simulat"], ["'simulat'", "budget"]),
     ("compile: unknown model", lambda t: ["compile", "--model", "gpt-4", *STEP], ["'gpt-4'", "tiny-llama"]),
+    ("unknown MoE path", lambda t: ["budget", *DS, *STEP, "--moe", "dropless"], ["'dropless'", "grouped", "ragged_dot"]),
+    ("MoE factor on a dense model", lambda t: ["budget", *TINY, *STEP, "--capacity-factor", "2"],
+     ["--capacity-factor", "tiny-llama has none"]),
+    ("capacity factor zero", lambda t: ["budget", *DS, *STEP, "--moe", "dense", "--capacity-factor", "0"],
+     ["capacity_factor 0.0", "-1", "> 0"]),
+    ("buffer factor negative", lambda t: ["budget", *DS, *STEP, "--ragged-buffer-factor", "-2"],
+     ["ragged_buffer_factor -2.0", "-1", "> 0"]),
+    ("imbalance below one", lambda t: ["budget", *DS, *STEP, "--moe-imbalance", "0.5"], ["imbalance 0.5", "[1, 4]"]),
+    ("imbalance over E/k", lambda t: ["budget", *DS, *STEP, "--moe-imbalance", "9"], ["imbalance 9.0", "[1, 4]"]),
     ("compile: bad flag", lambda t: ["compile", *TINY, *STEP, "--xla-flags", "--xla_gpu_offloading_memory_limit_gb=8"],
      ["xla_gpu_offloading_memory_limit_gb", "XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB"]),
 ]

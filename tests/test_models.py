@@ -6,7 +6,8 @@ from flax import nnx
 
 from companion import models, policies
 from companion.models import configs as mc
-from companion.models.layers import dispatch_slots, expert_capacity, rope_frequencies
+from companion.models import moe
+from companion.models.layers import rope_frequencies
 
 
 @pytest.mark.parametrize("name", ["llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "deepseek-v3-671b"])
@@ -99,16 +100,11 @@ def test_blockwise_attentions_equal_dot_product_in_float32(attention):
     np.testing.assert_allclose(full(tokens), blocked(tokens), rtol=1e-4, atol=1e-4)
 
 
-def test_dispatch_slots_rank_tokens_within_experts_and_drop_overflow():
-    choice = jnp.array([[0, 1], [0, 2], [0, 1], [3, 0]])  # 4 tokens, top-2, 4 experts
-    slots = dispatch_slots(choice, num_experts=4, capacity=2)
-    # expert 0 gets tokens 0 and 1 (slots 0, 1); tokens 2 and 3 overflow it (slot 4*2 = 8: dropped)
-    assert slots.tolist() == [[0, 2], [1, 4], [8, 3], [6, 8]]
-
-
-def test_expert_capacity_is_the_balanced_share_times_the_factor():
-    cfg = models.config("deepseek-v3-671b")
-    assert expert_capacity(4096, cfg) == int(np.ceil(4096 * 8 / 256 * 1.25))
+def test_expert_capacity_rounds_as_maxtext():
+    """MaxText's generate_masks: int(max(ceil(S k / E) x factor, factor)) slots per expert and sequence."""
+    assert moe.expert_capacity(4096, 8, 256, 1.25) == 160
+    assert moe.expert_capacity(100, 2, 8, 1.5) == int(25 * 1.5)  # ceil first, then the factor, truncated
+    assert moe.expert_capacity(4, 1, 256, 2.0) == 2  # never below the factor
 
 
 def test_rope_scalings_change_low_frequencies_only():

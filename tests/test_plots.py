@@ -58,7 +58,8 @@ def test_step_bars_split_each_step_and_label_its_throughput():
 
     def sim(step, transfers, collectives):
         return StepSimulation("h100:1x8", "pcie5_x16", step, step - transfers - collectives, transfers, collectives,
-                              0.0, {}, {}, 400e12 * step, 0.0, 989e12, 0, 0, {})
+                              0.0, {}, {}, model_flops=400e12 * step, hardware_flops=400e12 * step, recompute_flops=0.0,
+                              peak_flops=989e12, peak_device_bytes=0, host_bytes=0, loop_iteration_seconds={})
 
     fig = plots.step_bars({"full remat": sim(2.0, 0.0, 0.2), "offload": sim(2.5, 0.4, 0.1)})
     ax = fig.axes[0]

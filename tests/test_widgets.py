@@ -12,9 +12,15 @@ def test_budget_view_gives_a_budget_and_a_verdict():
     over = widgets.budget_view("llama3.1-405b", 64, 4096, "full", "h100", 64, "")
     assert over.ok and "does NOT fit" in over.message and not over.budget.fits
     assert "scheduler limit" not in view.message + over.message
-    # DeepSeek-V3 with one sequence per GPU on 512 GB200: the scheduler fills its limit, the heap decides
-    edge = widgets.budget_view("deepseek-v3-671b", 512, 4096, "full", "gb200", 512, "fsdp=64,expert=8")
-    assert edge.budget.at_scheduler_limit and "fits" in edge.message and "check with XLA" in edge.message
+    # Llama 3.1 405B's loop tail under pipelined offload on 256 H100: the scheduler fills its limit, the heap decides
+    from companion import budget, targets
+
+    target = targets.target("h100", 256)
+    edge = budget.estimate("llama3.1-405b", 384, 8192, {"decoder_layer_input": "offload"},
+                           {"fsdp": 128, "tensor": 2}, target=target,
+                           flags={"xla_gpu_enable_pipelined_host_offloading": True})
+    message = widgets.budget_message(edge, target)
+    assert edge.at_scheduler_limit and "fits" in message and "check with XLA" in message
 
 
 @pytest.mark.parametrize("args, message", [

@@ -17,7 +17,10 @@ DTYPES = ("float32", "bfloat16", "float16")
 # elsewhere (models/flash.py), as MaxText GPU runs use (attention: cudnn_flash_te); dot_product
 # and chunked stay as teaching options (the [b, H, S, S] scores, or one query chunk of them).
 ATTENTION_IMPLS = ("flash", "dot_product", "chunked")
-MOE_DISPATCHES = ("dropless", "capacity")
+# how routed experts run (models/moe.py): grouped (a grouped GEMM, the lab's default), ragged_dot (MaxText's
+# sparse path as jaxlib 0.10.2 compiles it), dense (MaxText's sparse_matmul: false)
+MOE_DISPATCHES = ("grouped", "ragged_dot", "dense")
+MOE_SCORE_FUNCTIONS = ("sigmoid", "softmax")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,13 +40,19 @@ class Mla:
 
 @dataclasses.dataclass(frozen=True)
 class Moe:
-    """Routed experts with top-k sigmoid routing (plus a load-balancing bias) and shared experts.
+    """Routed experts: top-k routing, optional shared experts, and how the expert matmuls run.
 
-    ``dispatch``: ``dropless`` (MaxText's default sparse path, ``capacity_factor: -1``: tokens
-    sorted by expert and a grouped matmul, none dropped) or ``capacity`` (MaxText's dense path:
-    ``capacity_factor`` x the balanced share of tokens per expert, the rest dropped).
-    ``ragged_buffer_factor`` sizes the dropless receive buffer under expert parallelism as MaxText
-    does: -1 for the worst case (never drops), else that many times the balanced size.
+    Routing (``score_function``, as MaxText's ``moe.py``): ``sigmoid`` (DeepSeek-V3: sigmoid scores,
+    top-k chosen with a load-balancing bias, the chosen scores renormalised and scaled by
+    ``routed_scaling_factor``) or ``softmax`` (Mixtral: top-k of the raw logits, softmax over the k).
+    ``dispatch`` (``models/moe.py``): ``grouped`` (the default: MaxText's sparse path as a grouped
+    GEMM), ``ragged_dot`` (the sparse path as jaxlib 0.10.2 compiles ``jax.lax.ragged_dot``) or
+    ``dense`` (MaxText's ``sparse_matmul: false``). ``ragged_buffer_factor`` (sparse paths) sizes the
+    receive buffer under expert parallelism as MaxText does: -1 for the worst case (never drops),
+    else that many times the balanced size. ``capacity_factor`` (dense path): > 0 gives each expert
+    that many times its balanced share of a sequence's assignments and drops the rest; <= 0 (MaxText's
+    default, -1) runs every expert on every token. ``imbalance``: the routing assumption the step is
+    priced under: the most-loaded expert-parallel device receives that many times the balanced rows.
     """
 
     num_experts: int
@@ -52,10 +61,11 @@ class Moe:
     shared_experts: int = 1
     first_dense_layers: int = 0
     routed_scaling_factor: float = 1.0
-    dispatch: str = "dropless"
-    capacity_factor: float = 1.25  # the capacity path's expert buffer, x the balanced share of tokens
+    score_function: str = "sigmoid"
+    dispatch: str = "grouped"
+    capacity_factor: float = -1.0
     ragged_buffer_factor: float = -1.0
-    tile: int = 128  # rows per grouped-matmul tile (each expert's rows padded to a multiple)
+    imbalance: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,13 +143,21 @@ class ModelConfig:
                                  f"0..{self.num_layers}")
             if m.dispatch not in MOE_DISPATCHES:
                 raise ValueError(f"{self.name}: moe.dispatch {m.dispatch!r} is not one of {', '.join(MOE_DISPATCHES)}")
+            if m.score_function not in MOE_SCORE_FUNCTIONS:
+                raise ValueError(f"{self.name}: moe.score_function {m.score_function!r} is not one of "
+                                 f"{', '.join(MOE_SCORE_FUNCTIONS)}")
             if m.shared_experts < 0:
                 raise ValueError(f"{self.name}: moe.shared_experts must be >= 0, got {m.shared_experts}")
-            if m.dispatch == "capacity" and m.capacity_factor <= 0:
-                raise ValueError(f"{self.name}: the capacity dispatch needs moe.capacity_factor > 0, got "
-                                 f"{m.capacity_factor} (MaxText's capacity_factor <= 0 means dropless)")
-            if m.tile < 1:
-                raise ValueError(f"{self.name}: moe.tile must be positive, got {m.tile}")
+            if not (m.ragged_buffer_factor == -1 or m.ragged_buffer_factor > 0):
+                raise ValueError(f"{self.name}: ragged_buffer_factor {m.ragged_buffer_factor} must be -1 (MaxText's "
+                                 "worst-case buffer) or > 0 (that many times the balanced rows)")
+            if not (m.capacity_factor == -1 or m.capacity_factor > 0):
+                raise ValueError(f"{self.name}: capacity_factor {m.capacity_factor} must be -1 (every expert on every "
+                                 "token) or > 0 (that many times each expert's balanced share)")
+            worst = m.num_experts / m.experts_per_token
+            if not 1 <= m.imbalance <= worst:
+                raise ValueError(f"{self.name}: moe imbalance {m.imbalance} must be in [1, {worst:g}] (1: balanced "
+                                 f"routing; {worst:g} = E/k: every row of an expert group on one device)")
 
     # ------------------------------------------------------------------ derived shapes
 
@@ -216,7 +234,7 @@ CONFIGS: dict[str, ModelConfig] = {
                     head_dim=16, mlp_dim=128, norm_eps=1e-6, rope=Rope(theta=10_000.0),
                     mla=Mla(q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16),
                     moe=Moe(num_experts=8, experts_per_token=2, expert_mlp_dim=32, shared_experts=1,
-                            first_dense_layers=1, routed_scaling_factor=2.5, capacity_factor=2.0, tile=8),
+                            first_dense_layers=1, routed_scaling_factor=2.5),
                     flash_block=16),
         ModelConfig("llama3.1-8b", vocab_size=128256, d_model=4096, num_layers=32, num_heads=32, num_kv_heads=8,
                     head_dim=128, mlp_dim=14336, rope=_LLAMA31_ROPE),

@@ -1,11 +1,10 @@
 """Causal flash attention: the memory behaviour of a fused attention kernel, in plain JAX.
 
 MaxText GPU runs use cuDNN's fused flash attention (``attention: cudnn_flash_te``). The lab uses
-the same cuDNN kernel where JAX can emit it (``kernel="cudnn"``: ``jax.nn.dot_product_attention``
-with ``implementation="cudnn"``, equal query/key and value head dims; the cuDNN wheels must be
-installed, as ``make`` does on Linux). Everywhere else, MLA's 192/128 head dims on a machine
-without a GPU (JAX's cuDNN path checks the *local* GPU for them), CPU execution of the tiny
-models, no cuDNN, this module's ``flash_attention`` stands in:
+the same cuDNN kernel wherever JAX emits it for the target (``kernel="cudnn"``, ``kernel_for``:
+Llama's 128-dim heads, and MLA's 192/128 on Hopper and Blackwell with cuDNN 9.10; the cuDNN wheels
+must be installed, as ``make`` does on Linux). Everywhere else — CPU execution of the tiny
+models, float32 models, no cuDNN — this module's ``flash_attention`` stands in:
 
 * forward: one scan over the (query block, key block) pairs at or below the diagonal (blocks
   above it are never computed, so never counted as FLOPs), an online softmax per query block;
@@ -185,24 +184,45 @@ def cudnn_available() -> bool:
 
 
 def cudnn_attention(q, k, v, scale: float) -> jax.Array:
-    """cuDNN's fused causal flash attention (XLA custom call ``__cudnn$fmhaSoftmax``)."""
-    return jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=True, implementation="cudnn")
+    """cuDNN's fused causal flash attention (XLA custom call ``__cudnn$fmhaSoftmax``), through the
+    call ``jax.nn.dot_product_attention(implementation="cudnn")`` makes, which also takes MLA's
+    query/key and value head dims that differ."""
+    from jax._src.cudnn import fused_attention_stablehlo as cudnn
+
+    return cudnn.dot_product_attention(q, k, v, scale=scale, mask_type=cudnn.MaskType.CAUSAL)
 
 
 CUDNN_DTYPES = ("bfloat16", "float16")
+CUDNN_MLA_VERSION = 91000  # jax 0.10.2 (fused_attention_stablehlo.check_is_flash_attention): MLA needs cuDNN 9.10
 
 
-def kernel_for(qk_dim: int, v_dim: int, dtype: str = "bfloat16") -> str:
-    """``cudnn`` when JAX 0.10.2 can emit cuDNN's kernel for these head dims and dtype on any
-    machine, else ``jax``.
+def kernel_for(qk_dim: int, v_dim: int, dtype: str = "bfloat16", capability: tuple[int, int] | None = None) -> str:
+    """``cudnn`` when JAX 0.10.2 emits cuDNN's kernel for these head dims and dtype on a GPU of
+    compute ``capability``, else ``jax``.
 
-    JAX checks the *local* GPU's compute capability for head dims above 128 and for query/key
-    and value dims that differ (MLA's 192/128): on a machine without a GPU it refuses them, so
-    those configs compile with this module's kernel, as do float32 models (cuDNN's fused attention
-    takes fp16/bf16/fp8 only).
+    JAX's rules (``check_is_flash_attention``): fp16/bf16, a head dim that is a multiple of 8, at
+    most 128 before Hopper and 256 from Hopper on; query/key and value dims that differ (MLA's
+    192/128) from Hopper on with cuDNN 9.10. Without ``capability``, JAX's own check answers: the
+    local GPU's, or, while ``compiler.compile`` lowers a step for a compile-only target, that
+    target's (JAX would otherwise refuse the larger dims on a machine without a GPU).
     """
-    fits = qk_dim == v_dim <= 128 and qk_dim % 8 == 0 and str(dtype) in CUDNN_DTYPES
+    if capability is None:
+        from jax._src.cudnn import fused_attention_stablehlo as cudnn
+
+        hopper = cudnn.check_compute_capability("9.0")
+    else:
+        hopper = tuple(capability) >= (9, 0)
+    head_dims = qk_dim % 8 == 0 and max(qk_dim, v_dim) <= (256 if hopper else 128)
+    mla = qk_dim != v_dim
+    fits = head_dims and str(dtype) in CUDNN_DTYPES and (not mla or (hopper and _cudnn_version() >= CUDNN_MLA_VERSION))
     return "cudnn" if fits and cudnn_available() else "jax"
+
+
+@functools.cache
+def _cudnn_version() -> int:
+    from jax._src.cudnn.fused_attention_stablehlo import check_cudnn_version
+
+    return check_cudnn_version() if cudnn_available() else 0
 
 
 def attention(q, k, v, scale: float, kernel: str, block: int) -> jax.Array:

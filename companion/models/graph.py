@@ -17,7 +17,6 @@ import dataclasses
 from functools import cached_property
 
 from .configs import ModelConfig
-from .layers import expert_capacity
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,13 +57,13 @@ class LayerSizes:
     act: int  # activation bytes (bf16: 2)
     groups_per_device: int = 0  # MoE groups (sequences) per device: batch / (data x fsdp)
     experts: int = 0  # routed experts per device
-    capacity: int = 0  # capacity dispatch: slots per expert and group
+    capacity: int = 0  # dense path: slots per expert and sequence (0: every expert on every token)
     expert_F: int = 0  # expert MLP width per device
     shared_F: int = 0  # shared-expert MLP width per device
     topk: int = 0
-    expert_rows: int = 0  # rows of the routed experts' tensors on a device (dropless: the tile-padded buffer)
-    routed_rows: int = 0  # rows the grouped matmul computes for balanced routing (its counted FLOPs)
-    receive_rows: int = 0  # dropless: the all-to-all receive buffer (rows x min(EP, E/k), or the factor)
+    expert_rows: int = 0  # sparse paths: rows of the routed experts' tensors on a device (the receive buffer)
+    routed_rows: int = 0  # sparse paths: rows whose matmul FLOPs the experts' kernels execute (see moe_sizes)
+    receive_rows: int = 0  # sparse paths: the all-to-all receive buffer (rows x min(EP, E/k), or the factor)
     attention_pairs: int = 0  # query-key pairs the attention computes per sequence and head
 
 
@@ -184,15 +183,19 @@ def layer_graph(cfg: ModelConfig, z: LayerSizes, *, routed: bool) -> LayerGraph:
     if not routed:
         nodes += _mlp_nodes("", z, (z.b, z.S), z.F, DENSE_NAMES, "n2")
         return LayerGraph(tuple(nodes))
-    dropless = cfg.moe.dispatch == "dropless"
-    rows = (z.expert_rows,) if dropless else (z.groups_per_device, z.experts, z.capacity)
-    # MaxText's names: the sparse (dropless) path tags the up output moe_mlpwi_1 only; its dense
-    # (capacity) path also mlpwi_1
-    up = ("moe_mlpwi_1",) if dropless else ("moe_mlpwi_1", "mlpwi_1")
+    sparse = cfg.moe.dispatch != "dense"
+    if sparse:
+        rows = (z.expert_rows,)
+    elif z.capacity:
+        rows = (z.experts, z.groups_per_device, z.capacity)
+    else:  # every expert on every token
+        rows = (z.b, z.S, cfg.moe.num_experts)
+    # MaxText's names: the sparse path tags the up output moe_mlpwi_1 only; its dense path also mlpwi_1
+    up = ("moe_mlpwi_1",) if sparse else ("moe_mlpwi_1", "mlpwi_1")
     names = (("moe_mlpwi_0", "mlpwi_0"), up, ("moe_mlpwo", "mlpwo"))
     nodes += [Node("dispatch", None, (*rows, z.D), z.act, ("n2",), needed=True)]
     routed_nodes = _mlp_nodes("moe_", z, rows, z.expert_F, names, "dispatch",
-                              flop_rows=z.routed_rows if dropless else None)
+                              flop_rows=z.routed_rows if sparse else None)
     # The routed down projection is read by the weighted combine's backward (for the router's gradient).
     routed_nodes[-1] = dataclasses.replace(routed_nodes[-1], needed=True)
     nodes += routed_nodes
@@ -207,15 +210,24 @@ def saved_by(names: set[str] | tuple[str, ...], node: Node) -> bool:
 
 def moe_sizes(cfg: ModelConfig, groups_per_device: int, expert_ways: int, tensor: int, S: int,
               local_tokens: int) -> dict:
-    from .moe import dropless_sizes
+    """The routed experts' per-device sizes. ``routed_rows``, the rows whose matmul FLOPs the
+    experts' kernels execute: a grouped GEMM the expected rows (balanced x the imbalance on the
+    most-loaded device); ``ragged_dot`` as jaxlib 0.10.2 expands it, every buffer row times every
+    local expert."""
+    from .moe import expert_capacity, ragged_sizes
 
     m = cfg.moe
     out = {"groups_per_device": groups_per_device, "experts": m.num_experts // expert_ways,
-           "capacity": expert_capacity(S, cfg), "expert_F": m.expert_mlp_dim // tensor,
-           "shared_F": m.shared_experts * m.expert_mlp_dim // tensor, "topk": m.experts_per_token}
-    if m.dispatch == "dropless":
-        z = dropless_sizes(local_tokens, m.experts_per_token, m.num_experts, expert_ways, m.tile, m.ragged_buffer_factor)
-        out.update(expert_rows=z.padded_rows, routed_rows=z.static_tiles * z.tile, receive_rows=z.buffer_rows)
+           "expert_F": m.expert_mlp_dim // tensor, "shared_F": m.shared_experts * m.expert_mlp_dim // tensor,
+           "topk": m.experts_per_token}
+    if m.dispatch == "dense":
+        out["capacity"] = (expert_capacity(S, m.experts_per_token, m.num_experts, m.capacity_factor)
+                           if m.capacity_factor > 0 else 0)
+    else:
+        z = ragged_sizes(local_tokens, m.experts_per_token, m.num_experts, expert_ways, m.ragged_buffer_factor,
+                         m.imbalance)
+        routed = z.expected_rows if m.dispatch == "grouped" else z.buffer_rows * z.local_experts
+        out.update(expert_rows=z.buffer_rows, routed_rows=routed, receive_rows=z.buffer_rows)
     return out
 
 
@@ -264,8 +276,10 @@ def _layer_params(cfg: ModelConfig, *, routed: bool) -> list[tuple[str, tuple[in
                       ("mlp/wo", (F, D), ("mlp", "embed"), True)]
     m = cfg.moe
     E, Fe = m.num_experts, m.expert_mlp_dim
-    out += [("mlp/router", (D, E), ("embed", "router"), True), ("mlp/router_bias", (E,), ("router",), False),
-            ("mlp/wi_0", (E, D, Fe), ("exp", "embed_moe", "mlp_moe"), True),
+    out += [("mlp/router", (D, E), ("embed", "router"), True)]
+    if m.score_function == "sigmoid":
+        out += [("mlp/router_bias", (E,), ("router",), False)]
+    out += [("mlp/wi_0", (E, D, Fe), ("exp", "embed_moe", "mlp_moe"), True),
             ("mlp/wi_1", (E, D, Fe), ("exp", "embed_moe", "mlp_moe"), True),
             ("mlp/wo", (E, Fe, D), ("exp", "mlp_moe", "embed_moe"), True)]
     if m.shared_experts:

@@ -19,7 +19,7 @@ out_proj            attention block output                                 [B, S
 mlpwi_0, mlpwi_1    gate and up projections (before SiLU)                  [B, S, F]
 mlpwo               down projection                                        [B, S, D]
 moe_mlpwi_0         routed experts' gate output (also mlpwi_0)             [rows, F_e]
-moe_mlpwi_1         routed experts' up output (dropless path: this name only) [rows, F_e]
+moe_mlpwi_1         routed experts' up output (sparse paths: this name only) [rows, F_e]
 moe_mlpwo           routed experts' down output (also mlpwo)               [rows, D]
 query_wa_proj       MLA: Q down-projection                                 [B, S, q_lora]
 mla_q               MLA: the same after its RMSNorm                        [B, S, q_lora]
@@ -27,9 +27,9 @@ kv_wa_proj          MLA: KV down-projection (latent + shared RoPE key)     [B, S
 mla_kv              MLA: the KV latent after its RMSNorm                   [B, S, kv_lora]
 ==================  =====================================================  ===============
 
-Routed-expert rows: the dropless path's sorted, tile-padded rows (``models/moe.py``); the
-capacity path's ``[G, E, C]`` slots, where ``mlpwi_1`` also names the up output (MaxText's
-dense path).
+Routed-expert rows: the sparse paths' flat receive buffer, grouped by expert (``models/moe.py``);
+the dense path's ``[E, G, C]`` slots (or ``[B, S, E]`` with every expert on every token), where
+``mlpwi_1`` also names the up output, as on MaxText's dense path.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def checkpoint_names(cfg: ModelConfig) -> frozenset[str]:
         names |= {"mlpwi_0", "mlpwi_1", "mlpwo"}
     if routed:
         names |= {"mlpwi_0", "mlpwo", "moe_mlpwi_0", "moe_mlpwi_1", "moe_mlpwo"}
-        if cfg.moe.dispatch == "capacity":  # MaxText's dense path also names the up output mlpwi_1
+        if cfg.moe.dispatch == "dense":  # MaxText's dense path also names the up output mlpwi_1
             names.add("mlpwi_1")
     return frozenset(names)
 
@@ -259,46 +259,20 @@ class Mlp(nnx.Module):
         return checkpoint_name(out, "mlpwo")
 
 
-def expert_capacity(tokens_per_group: int, cfg: ModelConfig) -> int:
-    """Slots per expert and group: capacity_factor x the balanced share of the group's assignments."""
-    m = cfg.moe
-    return max(1, math.ceil(tokens_per_group * m.experts_per_token / m.num_experts * m.capacity_factor))
-
-
-def dispatch_slots(expert_index: jax.Array, num_experts: int, capacity: int) -> jax.Array:
-    """For one group's [T, k] expert choices, the buffer slot of each (token, choice).
-
-    Assignments are ranked within their expert in token order (a stable sort); those past the
-    expert's ``capacity`` get slot ``num_experts * capacity``, one past the buffer: dropped.
-    """
-    flat = expert_index.reshape(-1)
-    order = jnp.argsort(flat, stable=True)
-    sorted_experts = flat[order]
-    rank_sorted = jnp.arange(flat.size) - jnp.searchsorted(sorted_experts, sorted_experts, side="left")
-    rank = jnp.zeros_like(flat).at[order].set(rank_sorted)
-    slot = jnp.where(rank < capacity, flat * capacity + rank, num_experts * capacity)
-    return slot.reshape(expert_index.shape)
-
-
 class RoutedExperts(nnx.Module):
-    """DeepSeek-V3 MoE: sigmoid scores, top-k chosen with a load-balancing bias, weights
-    renormalised and scaled; one or more always-on shared experts. Two dispatches:
-
-    * ``dropless`` (the default, MaxText's sparse path): every (token, choice) is a row, sorted
-      by expert, sent to its expert's device and multiplied there by a grouped matmul
-      (``models/moe.py``); no capacity, nothing dropped.
-    * ``capacity`` (MaxText's dense path): sort and scatter per group of tokens (one group = one
-      sequence); each expert gets a fixed ``[C, D]`` buffer per group, ``C = capacity_factor x S x
-      k / E`` slots, assignments beyond it are dropped. The ``[G, E, C, .]`` buffers are sharded
-      over the ``expert`` mesh axis, which makes the scatter an all-to-all.
-    """
+    """Routed experts (MaxText's ``RoutedMoE``): a router choosing ``k`` of ``E`` experts per token
+    (``Moe.score_function``: DeepSeek-V3's sigmoid scores with a load-balancing bias, or Mixtral's
+    softmax over the top-k logits), the experts' SwiGLU run the way ``Moe.dispatch`` says
+    (``models/moe.py``: a grouped GEMM, ``jax.lax.ragged_dot``, or MaxText's dense path), and
+    optional always-on shared experts."""
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, rules: AxisRules):
         m, D = cfg.moe, cfg.d_model
         self.cfg, self.rules = cfg, rules
         self.router = nnx.Param((jax.random.normal(rngs.params(), (D, m.num_experts)) / math.sqrt(D)
                                  ).astype(jnp.float32), logical_axes=("embed", "router"))
-        self.router_bias = RouterBias(jnp.zeros((m.num_experts,), jnp.float32), logical_axes=("router",))
+        if m.score_function == "sigmoid":
+            self.router_bias = RouterBias(jnp.zeros((m.num_experts,), jnp.float32), logical_axes=("router",))
         experts = (m.num_experts, D, m.expert_mlp_dim)
         self.wi_0 = param(rngs, experts, ("exp", "embed_moe", "mlp_moe"), cfg, fan_in=D)
         self.wi_1 = param(rngs, experts, ("exp", "embed_moe", "mlp_moe"), cfg, fan_in=D)
@@ -307,54 +281,31 @@ class RoutedExperts(nnx.Module):
         self.shared = Mlp(cfg, m.shared_experts * m.expert_mlp_dim, rngs, rules) if m.shared_experts else None
 
     def route(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Expert choices [B, S, k] and their combine weights [B, S, k]."""
+        """Expert choices [B, S, k] and their combine weights [B, S, k] (MaxText's ``get_topk``)."""
         m = self.cfg.moe
-        scores = jax.nn.sigmoid(jnp.einsum("bsd,de->bse", x.astype(jnp.float32), self.router[...]))
-        biased = scores + jax.lax.stop_gradient(self.router_bias[...])
-        _, choice = jax.lax.top_k(biased, m.experts_per_token)
+        logits = jnp.einsum("bsd,de->bse", x.astype(jnp.float32), self.router[...])
+        if m.score_function == "softmax":  # top-k of the raw logits, softmax over the k chosen
+            top, choice = jax.lax.top_k(logits, m.experts_per_token)
+            return choice, jax.nn.softmax(top, axis=-1) * m.routed_scaling_factor
+        scores = jax.nn.sigmoid(logits)  # chosen with the bias, weighted without it
+        _, choice = jax.lax.top_k(scores + jax.lax.stop_gradient(self.router_bias[...]), m.experts_per_token)
         weights = jnp.take_along_axis(scores, choice, axis=-1)
         weights = weights / (jnp.sum(weights, axis=-1, keepdims=True) + 1e-20) * m.routed_scaling_factor
         return choice, weights
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        m = self.cfg.moe
+        m, dt = self.cfg.moe, self.cfg.dtype
         choice, weights = self.route(x)
-        if m.dispatch == "dropless":
-            routed = moe.experts(x, choice, weights, self.wi_0[...], self.wi_1[...], self.wo[...],
-                                 num_experts=m.num_experts, tile=m.tile, ragged_buffer_factor=m.ragged_buffer_factor,
-                                 dtype=self.cfg.dtype, rules=self.rules)
-            routed = constrain(routed, ACTIVATION, self.rules)
+        w = (self.wi_0[...], self.wi_1[...], self.wo[...])
+        if m.dispatch == "dense":
+            routed = moe.dense_experts(x, choice, weights, *w, capacity_factor=m.capacity_factor, dtype=dt,
+                                       rules=self.rules)
         else:
-            routed = self.capacity_dispatch(x, choice, weights)
+            routed = moe.sparse_experts(x, choice, weights, *w, num_experts=m.num_experts, kernel=m.dispatch,
+                                        ragged_buffer_factor=m.ragged_buffer_factor, imbalance=m.imbalance,
+                                        dtype=dt, rules=self.rules)
+        routed = constrain(routed, ACTIVATION, self.rules)
         return routed + self.shared(x) if self.shared is not None else routed
-
-    def capacity_dispatch(self, x: jax.Array, choice: jax.Array, weights: jax.Array) -> jax.Array:
-        cfg, m, dt = self.cfg, self.cfg.moe, self.cfg.dtype
-        B, S, D = x.shape
-        E, C, k = m.num_experts, expert_capacity(S, cfg), m.experts_per_token
-        slots = jax.vmap(lambda c: dispatch_slots(c, E, C))(choice)  # [B, S, k]
-
-        def scatter(tokens, slot):  # one group: [S, D] -> [E * C, D]
-            rows = jnp.repeat(tokens, k, axis=0)
-            return jnp.zeros((E * C, D), tokens.dtype).at[slot.reshape(-1)].set(rows, mode="drop")
-
-        buffer = jax.vmap(scatter)(x, slots).reshape(B, E, C, D)
-        buffer = constrain(buffer, ("activation_group", "activation_exp", None, "activation_embed"), self.rules)
-        hidden = ("activation_group", "activation_exp", None, "activation_mlp")
-        gate = constrain(matmul("gecd,edf->gecf", buffer, self.wi_0, dt), hidden, self.rules)
-        up = constrain(matmul("gecd,edf->gecf", buffer, self.wi_1, dt), hidden, self.rules)
-        gate = checkpoint_name(checkpoint_name(gate, "mlpwi_0"), "moe_mlpwi_0")
-        up = checkpoint_name(checkpoint_name(up, "mlpwi_1"), "moe_mlpwi_1")
-        out = matmul("gecf,efd->gecd", jax.nn.silu(gate) * up, self.wo, dt)
-        out = checkpoint_name(checkpoint_name(out, "mlpwo"), "moe_mlpwo")
-        out = constrain(out, ("activation_group", "activation_exp", None, "activation_embed"), self.rules)
-
-        def gather(expert_out, slot):  # one group: [E * C, D] -> [S, k, D]; dropped slots read 0
-            return jnp.take(expert_out, slot, axis=0, mode="fill", fill_value=0)
-
-        picked = jax.vmap(gather)(out.reshape(B, E * C, D), slots)
-        combined = jnp.einsum("bskd,bsk->bsd", picked, weights.astype(dt))
-        return constrain(combined, ACTIVATION, self.rules)
 
 
 # ----------------------------------------------------------------------------- layers and the stack
