@@ -98,6 +98,19 @@ GRID = [
     Case("llama3.1-405b", "full", 64, 4096, "h100:8x8", "fsdp=64", state=BOTH_HOST),
     Case("llama3.1-405b", "full", 16, 4096, "h100:2x8", "fsdp=16", {**DOT, "num_layers": 8}),
     Case("llama3.1-405b", "minimal_offloaded", 64, 4096, "h100:8x8", "fsdp=64", flags=PIPELINED),
+    # the other models MaxText's GPU configs name (configs/gpu/models/*.yml at e591f30), at their batch and
+    # sequence on the systems bench_maxtext_configs states; Llama 2 7B scanned (its file unrolls the layers:
+    # the compile is the answer there)
+    Case("llama2-7b", "minimal_with_context", 32, 4096, "h100:1x8", "fsdp=8"),
+    Case("llama2-70b", "full", 384, 4096, "h100:8x8", "fsdp=64"),
+    Case("llama3-70b", "full", 256, 8192, "h100:8x8", "fsdp=64"),
+    Case("llama3.1-405b", "full", 1024, 4096, "h100:128x8", "fsdp=1024"),
+    # Mixtral 8x7B: MaxText's dense path at capacity -1 (mixtral_8x1b.yml: every expert on every token), and
+    # the sparse paths (grouped, ragged_dot) at one sequence per GPU
+    Case("mixtral-8x7b", "full", 512, 4096, "h100:8x8", "fsdp=64", moe={"dispatch": "dense", "capacity_factor": -1}),
+    Case("mixtral-8x7b", "full", 256, 4096, "h100:8x8", "fsdp=64", moe={"dispatch": "dense", "capacity_factor": -1}),
+    *[Case("mixtral-8x7b", p, 128, 4096, "h100:8x8", "fsdp=64", moe={"dispatch": d})
+      for d in ("grouped", "ragged_dot") for p in ("full", "minimal_with_context")],
     # DeepSeek-V3 on each MoE path (models/moe.py): grouped (the default), ragged_dot, dense at capacity 1.25
     *[Case("deepseek-v3-671b", p, 64, 4096, "gb200:16x4", "fsdp=8,expert=8")
       for p in ("full", "minimal", "minimal_offloaded")],

@@ -21,6 +21,7 @@ and ``dump`` (reading XLA's output), ``compiler`` (function + target -> report),
 """
 
 import os
+import sys
 import warnings
 
 from . import distributed as _distributed
@@ -59,7 +60,7 @@ if _error is None and os.environ.get("XLA_FLAGS") and not _cluster:
     # With user flags, start uncaptured: should XLA still refuse one (a value it rejects after our
     # checks), its fatal message must reach the terminal rather than a captured file.
     jax.devices()
-if _error is not None:
+if _error is not None and sys.argv[:1] != ["-m"]:  # `python -m companion` says it once, as its error
     warnings.warn(f"XLA_FLAGS would abort the process when JAX starts its backend: {_error}", stacklevel=2)
 
 __version__ = "0.1.0"

@@ -94,9 +94,22 @@ _MAXTEXT_DECIDES = {"model": None, "batch": None, "seq": None, "policy": "full",
                     "offload_optimizer": False, "offload_params": False}
 
 
+NEEDED = "needed"  # --mem-fraction needed: search the smallest fraction that fits (companion.fraction)
+
+
+def _needs_fraction(args) -> bool:
+    return getattr(args, "mem_fraction", None) == NEEDED
+
+
 def _target(args) -> targets.Target:
-    """``--target`` (a GPU key, or GPU:TOPOLOGY), ``--gpus`` and ``--mem-fraction``, checked together."""
-    fraction = targets.check_mem_fraction(args.mem_fraction)
+    """``--target`` (a GPU key, or GPU:TOPOLOGY), ``--gpus`` and ``--mem-fraction``, checked together
+    (``needed``: the search's ceiling until the search says)."""
+    from . import fraction as fraction_lib
+
+    try:
+        fraction = fraction_lib.CEILING if _needs_fraction(args) else targets.check_mem_fraction(args.mem_fraction)
+    except ValueError as err:
+        raise ValueError(f"{err}; or --mem-fraction {NEEDED}: the smallest that fits") from None
     if ":" in args.target:
         target = targets.target(args.target, mem_fraction=fraction)
     else:
@@ -107,8 +120,11 @@ def _target(args) -> targets.Target:
 
 
 def _maxtext_run(args):
-    """The MaxText config of ``--maxtext-config`` (None without it); refuses flags that it also sets."""
+    """The MaxText run of ``--maxtext-config`` and its ``key=value`` overrides (None without it); refuses
+    flags that it also sets."""
     if not getattr(args, "maxtext_config", None):
+        if args.overrides:
+            raise ValueError(f"override {args.overrides[0]!r}: key=value overrides need --maxtext-config FILE")
         if args.model is None or args.batch is None or args.seq is None:
             raise ValueError("--model, --batch and --seq are required (or --maxtext-config FILE)")
         return None
@@ -122,7 +138,7 @@ def _maxtext_run(args):
             if getattr(args, k) != default and not (k == "moe" and kernel)]
     if both:
         raise ValueError(f"{', '.join(both)} and --maxtext-config both set the run: give one of them")
-    run = args.maxtext_run = maxtext.read(args.maxtext_config, sparse_kernel=kernel or "ragged_dot")
+    run = args.maxtext_run = maxtext.read(args.maxtext_config, args.overrides, sparse_kernel=kernel or "ragged_dot")
     args.model, args.seq, args.policy = run.model, run.seq, run.policy
     args.batch = 1  # until the target's GPUs give MaxText's global batch (_step_inputs)
     return run
@@ -139,7 +155,7 @@ def _step_inputs(args):
             raise ValueError(f"--{name} must be positive, got {getattr(args, name)}")
     if args.gpus is not None and args.gpus < 1:
         raise ValueError(f"--gpus must be positive, got {args.gpus}")
-    spec = args.xla_flags
+    spec = _flag_spec(args.xla_flags)
     if getattr(args, "pipelined", False):
         spec = f"{spec or ''} --{PIPELINED_FLAG}=true".strip()
     flag_set = xla_flags.resolve(spec, workarounds=not args.no_workarounds)  # cheap checks first
@@ -161,6 +177,16 @@ def _step_inputs(args):
     state = StateConfig(gradient_accumulation_steps=args.grad_accum, optimizer_memory_host_offload=args.offload_optimizer,
                         parameter_memory_host_offload=args.offload_params)
     return cfg, target, sharding.parse_mesh(args.mesh, target.num_devices), flag_set, state
+
+
+def _flag_spec(spec):
+    """``--xla-flags``, with ``env`` read as the run's own ``XLA_FLAGS`` on XLA's defaults (``flags.from_environment``);
+    a resolved ``FlagSet`` (``flags --compare``) as it is."""
+    if isinstance(spec, str) and spec.split(maxsplit=1)[:1] == ["env"]:
+        import os
+
+        return f"{xla_flags.from_environment(os.environ)} {spec[3:].strip()}".strip()
+    return spec
 
 
 def _maxtext_out(args, cfg, target, mesh, flag_set, state, host_bytes: int) -> dict:
@@ -185,8 +211,6 @@ def _maxtext_out(args, cfg, target, mesh, flag_set, state, host_bytes: int) -> d
 
 
 def _print_maxtext(out: dict) -> None:
-    for note in out.get("notes", ()):
-        print(note)
     if out.get("not_modelled"):
         print(f"MaxText keys the lab does not model: {', '.join(out['not_modelled'])}")
     if "command_line" in out:
@@ -198,9 +222,16 @@ def _compiled(args):
     from . import compiler, sharding, train
 
     cfg, target, mesh, flag_set, state = _step_inputs(args)
-    placement = compiler.place(target, sharding.active_axes(mesh))
     trainer = train.trainer(cfg, args.policy, state=state)
-    report = train.compile_step(trainer, placement, args.batch, args.seq, flags=flag_set)
+    args.fraction_needed = None
+    if _needs_fraction(args):  # compiles at the budget's guess and one step below, or more
+        from . import fraction
+
+        args.fraction_needed = fraction.needed(cfg, target, args.batch, args.seq, args.policy, mesh, state, flag_set)
+        report = args.fraction_needed.report
+    else:
+        placement = compiler.place(target, sharding.active_axes(mesh))
+        report = train.compile_step(trainer, placement, args.batch, args.seq, flags=flag_set)
     args.maxtext_out = _maxtext_out(args, cfg, target, mesh, flag_set, state, report.host.total_bytes)
     return cfg, trainer, state, report
 
@@ -228,15 +259,35 @@ def _compile(args) -> int:
     out = {"model": cfg.name, "policy": trainer.policy.name, "batch": args.batch, "seq": args.seq,
            "params": cfg.param_count(), "attention": cfg.attention,
            **{k: v.to_dict() for k, v in moe.items()},
-           "state": dataclasses.asdict(state), **report.to_dict(),
+           "state": dataclasses.asdict(state), **report.to_dict(), **_fraction_out(args),
            **({"maxtext": args.maxtext_out} if args.maxtext_out else {})}
     if args.json:
         print(json.dumps(out, indent=1))
     else:
+        _print_notes(args, report.flag_set)
         print(report.summary())
         _print_moe(moe)
+        _print_fraction(args)
         _print_maxtext(args.maxtext_out)
     return 0
+
+
+def _fraction_out(args) -> dict:
+    needed = getattr(args, "fraction_needed", None)
+    return {"fraction_needed": needed.to_dict()} if needed is not None else {}
+
+
+def _print_fraction(args) -> None:
+    needed = getattr(args, "fraction_needed", None)
+    if needed is not None:
+        print(needed.summary())
+
+
+def _print_notes(args, flag_set) -> None:
+    """What the lab read differently from the run as written: MaxText's own rejections, the flags left out."""
+    run = getattr(args, "maxtext_run", None)
+    for note in (*(run.notes if run is not None else ()), *flag_set.notes):
+        print(f"note: {note}")
 
 
 def _simulate(args) -> int:
@@ -250,12 +301,14 @@ def _simulate(args) -> int:
         out = {"model": cfg.name, "policy": trainer.policy.name, "batch": args.batch, "seq": args.seq,
                "pipelined": bool(report.flags.get(PIPELINED_FLAG, False)), **sim.to_dict(),
                **{k: v.to_dict() for k, v in moe.items()},
-               "fits": report.fits, "usable_hbm_bytes": report.usable_hbm_bytes,
+               "fits": report.fits, "usable_hbm_bytes": report.usable_hbm_bytes, **_fraction_out(args),
                "flag_set": report.flag_set.to_dict(), "offload_checks": report.offload.checks.to_dict()}
         print(json.dumps(out, indent=1))
     else:
+        _print_notes(args, report.flag_set)
         print(report.summary())
         _print_moe(moe)
+        _print_fraction(args)
         print(sim.summary())
     return 0
 
@@ -291,21 +344,36 @@ def _budget(args) -> int:
 
     cfg, target, mesh, flag_set, state = _step_inputs(args)
     policy = policies.resolve(args.policy, emitted=models.checkpoint_names(cfg))
+    smallest = None
+    if _needs_fraction(args):  # the budget's answer alone: a first guess that `compile` confirms
+        from . import fraction
+
+        smallest = fraction.budget_fraction(cfg, target, args.batch, args.seq, policy, mesh, state, flag_set)
+        target = target.with_mem_fraction(smallest or fraction.CEILING)
     result = budget.estimate(cfg, args.batch, args.seq, policy, mesh, target=target, state=state, flags=flag_set)
     mx = _maxtext_out(args, cfg, target, mesh, flag_set, state, result.host_bytes)
     moe = _moe(cfg, args.batch, args.seq, mesh)
     if args.json:
         out = {"target": target.name, "num_devices": target.num_devices, **result.to_dict(),
                **{k: v.to_dict() for k, v in moe.items()},
-               "flag_set": flag_set.to_dict(), **({"maxtext": mx} if mx else {})}
+               "flag_set": flag_set.to_dict(), **({"maxtext": mx} if mx else {}),
+               **({"budget_fraction": smallest} if _needs_fraction(args) else {})}
         if policy.offloads:
             out["offload"] = {"checks": {"verdict": "not compiled", "note": "the memcpy-descriptor check needs the "
                                          "compiled HLO: run `compile`", "workarounds": list(flag_set.workarounds)}}
         print(json.dumps(out, indent=1))
     else:
+        _print_notes(args, flag_set)
         print(f"{target.name} ({target.gpu.name}, {target.num_devices} GPUs)")
         print(result.table())
         _print_moe(moe)
+        if _needs_fraction(args):
+            from . import fraction
+
+            print(f"the budget fits from XLA_PYTHON_CLIENT_MEM_FRACTION={smallest:.2f}" if smallest else
+                  f"the budget fits at no XLA_PYTHON_CLIENT_MEM_FRACTION up to {fraction.CEILING:.2f}",
+                  "(the budget's answer, no compile; `compile ... --mem-fraction needed` confirms it with two compiles "
+                  "or more)")
         _print_maxtext(mx)
     return 0
 
@@ -322,7 +390,9 @@ def _plan(args) -> int:
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
     if args.max_compiles < 1:
         raise ValueError(f"--max-compiles must be positive, got {args.max_compiles}")
-    flag_set = xla_flags.resolve(args.xla_flags)  # a bad flag fails before the search
+    if args.overrides and not args.maxtext_config:
+        raise ValueError(f"override {args.overrides[0]!r}: key=value overrides need --maxtext-config FILE")
+    flag_set = xla_flags.resolve(_flag_spec(args.xla_flags))  # a bad flag fails before the search
     target = _target(args)
     mesh = args.mesh
     if args.maxtext_config:
@@ -330,7 +400,7 @@ def _plan(args) -> int:
 
         if args.model or args.seq or args.mesh:
             raise ValueError("--model, --seq, --mesh and --maxtext-config all set the run: give one of them")
-        run = maxtext.read(args.maxtext_config)
+        run = maxtext.read(args.maxtext_config, args.overrides)
         cfg, seq, mesh = run.config(), run.seq, run.mesh(target.num_devices, target.topology.gpus_per_host)
     else:
         if args.model is None or args.seq is None:
@@ -387,14 +457,24 @@ def _add_step_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grad-accum", type=int, default=1, help="gradient_accumulation_steps (default 1)")
     p.add_argument("--offload-optimizer", action="store_true", help="optimizer_memory_host_offload")
     p.add_argument("--offload-params", action="store_true", help="parameter_memory_host_offload")
-    p.add_argument("--mem-fraction", type=float, default=targets.DEFAULT_MEM_FRACTION,
-                   help="share of HBM JAX's allocator takes (XLA_PYTHON_CLIENT_MEM_FRACTION; default 0.75)")
+    p.add_argument("--mem-fraction", default=targets.DEFAULT_MEM_FRACTION,
+                   help="share of HBM JAX's allocator takes (XLA_PYTHON_CLIENT_MEM_FRACTION; default 0.75), or "
+                        "'needed': the smallest at which the step fits (budget: its answer; compile, simulate: "
+                        "confirmed by compiling there and one step below)")
     p.add_argument("--xla-flags", default=None,
                    help="a preset (maxtext_gpu: the default; none: XLA's defaults), optionally followed by "
-                        "--name=value flags; flags alone go on top of maxtext_gpu (validated first)")
+                        "--name=value flags; flags alone go on top of maxtext_gpu (validated first); 'env': this "
+                        "shell's XLA_FLAGS on XLA's defaults, as the run would see them")
+    _add_overrides_argument(p)
     p.add_argument("--no-workarounds", action="store_true",
                    help="leave out the lab's fixes for jaxlib 0.10.2 (the wrong offload memcpy descriptors)")
     p.add_argument("--json", action="store_true", help="one JSON object")
+
+
+def _add_overrides_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="MaxText command-line overrides of --maxtext-config, as MaxText's train takes them (a later "
+                        "one wins; values typed as YAML)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -459,6 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                      "turns pipelined host offloading on or off itself")
     p.add_argument("--maxtext-yaml", metavar="OUT", help="also write the plan's MaxText overrides (YAML) to OUT")
     p.add_argument("--json", action="store_true", help="one JSON object")
+    _add_overrides_argument(p)
     p.set_defaults(run=_plan)
     p = sub.add_parser("train", help="train a small model on this machine's devices (or as one process of a "
                                      "jax.distributed job set up by its environment), with Orbax checkpoints")
@@ -484,7 +565,11 @@ def main(argv: list[str] | None = None) -> int:
             argv[i:i + 2] = [f"{token}={argv[i + 1]}"]
             break
     argv = _join_compare_values(argv)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # MaxText's overrides may come after options (argparse takes one run of positionals only)
+        if not hasattr(args, "overrides") or any(token.startswith("-") for token in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = [*args.overrides, *extra]
     try:
         return args.run(args)
     except (ValueError, OSError) as err:

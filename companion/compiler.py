@@ -437,6 +437,8 @@ def compile(fn: Callable, *args, placement: Placement,
     if dump_dir:
         options = {**options, "xla_dump_to": dump_dir, "xla_dump_hlo_as_text": True,
                    "xla_dump_latency_hiding_schedule": True}
+    elif "xla_dump_to" in xla_flags.parse(backend().xla_flags_at_start):
+        options = {**options, "xla_dump_to": ""}  # a run's own dump folder is not the lab's (flags.LAB_OWNED)
     try:
         with stderr.capture() as log:
             start = time.perf_counter()

@@ -209,6 +209,25 @@ ABSENT: dict[str, str] = {
     "xla_gpu_enable_address_computation_fusion": "removed; see --xla_gpu_enable_dynamic_slice_fusion",
 }
 
+
+
+def _on_off(new_name: str):
+    """A newer XLA's ``--name=on|off`` flag as 0.10.2's boolean one."""
+    return lambda value: (new_name, "false" if str(value).strip().lower() in ("off", "false", "0") else "true")
+
+
+# Flags the lab's compiles set for themselves, which a run's XLA_FLAGS does not replace
+LAB_OWNED = {"xla_dump_to": "the lab's compiles dump to a folder of their own when they read XLA's dumps "
+                            "(compile(dump=True)) and nowhere otherwise; your run keeps its own (started with it in "
+                            "XLA_FLAGS, this process may still dump JAX's small helper computations there)"}
+
+# Flags newer XLA renamed, as 0.10.2 spells them (MaxText's recipes moved to the new spellings, 2026-08-06)
+RENAMED = {
+    "xla_gpu_pipeline_all_gather": _on_off("xla_gpu_enable_pipelined_all_gather"),
+    "xla_gpu_pipeline_reduce_scatter": _on_off("xla_gpu_enable_pipelined_reduce_scatter"),
+    "xla_gpu_pipeline_all_reduce": _on_off("xla_gpu_enable_pipelined_all_reduce"),
+}
+
 # ----------------------------------------------------------------------------- flag sets
 
 # MaxText's GPU recipe (src/maxtext/configs/gpu/a3/llama_3.1_405b/128vm.sh, the flag set of every
@@ -271,6 +290,7 @@ class FlagSet:
     flags: dict[str, Any]  # validated {name: value}, everything that is passed to XLA
     overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
     workarounds: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # what the lab left out of the caller's flags, and why
 
     def describe(self) -> str:
         parts = [self.preset]
@@ -288,7 +308,7 @@ class FlagSet:
 
     def to_dict(self) -> dict:
         return {"preset": self.preset, "overrides": {k: format_value(v) for k, v in self.overrides.items()},
-                "workarounds": list(self.workarounds), "xla_flags": self.xla_flags()}
+                "workarounds": list(self.workarounds), "notes": list(self.notes), "xla_flags": self.xla_flags()}
 
 
 def resolve(spec: "str | Mapping[str, Any] | FlagSet | None" = None, *, preset: str | None = None,
@@ -317,6 +337,10 @@ def resolve(spec: "str | Mapping[str, Any] | FlagSet | None" = None, *, preset: 
                                  "or give flags as --name=value")
             name, text = first, rest
         overrides = parse(text)
+    notes = []
+    for owned, why in LAB_OWNED.items():
+        if owned in overrides:
+            notes.append(f"--{owned}={format_value(overrides.pop(owned))} left out: {why}")
     flags = {**PRESETS[name], **overrides}
     applied = []
     if workarounds and _needs_descriptor_fix():
@@ -324,7 +348,17 @@ def resolve(spec: "str | Mapping[str, Any] | FlagSet | None" = None, *, preset: 
         if DESCRIPTOR_FIX_PASS not in passes:
             flags["xla_disable_hlo_passes"] = (*passes, DESCRIPTOR_FIX_PASS)
         applied.append("offload_descriptors")
-    return FlagSet(name, flags, overrides, tuple(applied))
+    return FlagSet(name, flags, overrides, tuple(applied), tuple(notes))
+
+
+def from_environment(environ: Mapping[str, str]) -> str:
+    """A run's ``XLA_FLAGS`` as a flag spec for ``resolve``: XLA's own defaults (preset ``none``) and
+    each flag of the variable, which is everything XLA sees (validated by ``resolve``, every bad flag
+    named at once)."""
+    text = (environ.get("XLA_FLAGS") or "").strip()
+    if not text:
+        raise ValueError("--xla-flags env: XLA_FLAGS is not set (export the run's XLA_FLAGS first, or give a preset)")
+    return f"none {text}"
 
 
 _DATA = Path(__file__).with_name("data") / "xla_flags.json"
@@ -417,20 +451,38 @@ def parse(flags: str | Mapping[str, Any] | None) -> dict[str, Any]:
                 raise ValueError(f"bad XLA_FLAGS entry {token!r}: each flag is written --name=value")
             name, sep, value = token[2:].partition("=")
             items.append((name, value if sep else "true"))
-    parsed = {}
+    parsed, problems, corrected = {}, [], []
     for name, value in items:
-        if name == JAX_OPTIMIZATION_LEVEL:
-            if str(value) not in OPTIMIZATION_LEVELS:
-                raise ValueError(f"bad --{name}={value}: choose one of {', '.join(OPTIMIZATION_LEVELS)}")
-            parsed[name] = str(value)
-            continue
-        if name in ABSENT:
-            raise ValueError(f"XLA flag {name!r} does not exist in jaxlib {KNOWN_JAXLIB}'s XLA ({ABSENT[name]}); "
-                             "XLA would abort the process on it")
-        if name not in KNOWN and name not in CATALOG:
-            raise _unknown(name, CATALOG)
-        parsed[name] = _convert(name, value)
+        try:
+            parsed[name] = _parse_one(name, value)
+            corrected.append(f"--{name}={format_value(parsed[name])}")
+        except ValueError as err:
+            problems.append(str(err))
+            if name in RENAMED:  # the same flag under its 0.10.2 name
+                new_name, new_value = RENAMED[name](value)
+                corrected.append(f"--{new_name}={new_value}")
+    if len(problems) == 1 and len(items) == 1 and items[0][0] not in RENAMED:
+        raise ValueError(problems[0])
+    if problems:  # every problem in one pass, and the string that would pass
+        raise ValueError(f"{len(problems)} XLA flag{'s' if len(problems) > 1 else ''} jaxlib {KNOWN_JAXLIB} rejects "
+                         "(XLA would abort the process on each): "
+                         + " | ".join(p.removesuffix("; XLA would abort the process on it") for p in problems)
+                         + f" | corrected, ready to paste: XLA_FLAGS=\"{' '.join(corrected)}\"")
     return parsed
+
+
+def _parse_one(name: str, value: Any) -> Any:
+    """One flag's value in Python form, or a ValueError naming it and what 0.10.2 would take."""
+    if name == JAX_OPTIMIZATION_LEVEL:
+        if str(value) not in OPTIMIZATION_LEVELS:
+            raise ValueError(f"bad --{name}={value}: choose one of {', '.join(OPTIMIZATION_LEVELS)}")
+        return str(value)
+    if name in ABSENT:
+        raise ValueError(f"XLA flag {name!r} does not exist in jaxlib {KNOWN_JAXLIB}'s XLA ({ABSENT[name]}); "
+                         "XLA would abort the process on it")
+    if name not in KNOWN and name not in CATALOG:
+        raise _unknown(name, CATALOG)
+    return _convert(name, value)
 
 
 def format_value(value: Any) -> str:

@@ -18,17 +18,30 @@ values it cannot honour are refused with a one-line error.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import json
 import math
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from . import policies
 from .models import configs as model_configs
 from .train import StateConfig
 
-# MaxText model_name -> the lab's config (the models both have)
-MODEL_NAMES = {"llama3.1-8b": "llama3.1-8b", "llama3.1-70b": "llama3.1-70b", "llama3.1-405b": "llama3.1-405b",
+# MaxText model_name -> the lab's config: every model MaxText's GPU configs name (configs/gpu/models/*.yml), and
+# Llama 3.1 and DeepSeek-V3
+MODEL_NAMES = {**{n: n for n in ("llama2-7b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3.1-8b", "llama3.1-70b",
+                                  "llama3.1-405b", "mixtral-8x7b", "mixtral-8x22b")},
                "deepseek3-671b": "deepseek-v3-671b"}
+_KEYS = json.loads((Path(__file__).with_name("data") / "maxtext_keys.json").read_text())
+MAXTEXT_KEYS = frozenset(_KEYS["keys"])  # every key MaxText's config accepts (pyconfig refuses any other)
+BASE_DEFAULTS: dict[str, Any] = _KEYS["defaults"]  # base.yml's values for the keys the lab reads
+# MaxText's model-file keys (configs/models/<model_name>.yml) -> the lab's ModelConfig fields (Moe's after the dot)
+MODEL_FILE_KEYS = {"base_emb_dim": "d_model", "base_num_query_heads": "num_heads", "base_num_kv_heads": "num_kv_heads",
+                   "base_mlp_dim": "mlp_dim", "base_num_decoder_layers": "num_layers", "head_dim": "head_dim",
+                   "vocab_size": "vocab_size", "base_moe_mlp_dim": "moe.expert_mlp_dim",
+                   "num_experts": "moe.num_experts", "num_experts_per_tok": "moe.experts_per_token",
+                   "shared_experts": "moe.shared_experts", "first_num_dense_layers": "moe.first_dense_layers"}
 LAB_AXES = ("data", "fsdp", "tensor", "expert")  # MaxText's mesh axes the lab models
 OTHER_AXES = ("diloco", "fsdp_transpose", "sequence", "context", "context_usp_ulysses", "context_autoregressive",
               "tensor_sequence", "autoregressive", "pipeline")  # in base.yml; the lab models them at 1 only
@@ -38,8 +51,8 @@ ATTENTION = {"autoselected": "flash", "flash": "flash", "cudnn_flash_te": "flash
 EXPORT_ATTENTION = {"flash": "cudnn_flash_te", "dot_product": "dot_product"}
 REMAT_CHOICES = ("remat", "device", "offload")
 # Values the lab's compiles assume; a config asking for others is refused
-FIXED = {"scan_layers": True, "dtype": "bfloat16", "weight_dtype": "float32"}
-READ_KEYS = frozenset({
+FIXED = {"dtype": "bfloat16", "weight_dtype": "float32", "global_parameter_scale": 1}
+READ_KEYS = frozenset({"base_config", "scan_layers", "override_model_config", *MODEL_FILE_KEYS,
     "model_name", "remat_policy", *policies.TENSOR_NAMES, "per_device_batch_size", "max_target_length",
     "gradient_accumulation_steps", "optimizer_memory_host_offload", "parameter_memory_host_offload", "attention",
     "sparse_matmul", "megablox", "capacity_factor", "ragged_buffer_factor", "hardware", *FIXED,
@@ -58,14 +71,18 @@ class MaxTextRun:
     dcn: dict[str, int]  # mesh axis -> size across hosts (-1: the rest)
     attention: str = "flash"
     moe: dict = dataclasses.field(default_factory=dict)  # ModelConfig.with_moe changes
+    dims: dict = dataclasses.field(default_factory=dict)  # ModelConfig changes from MaxText's dimension keys
+    scan_layers: bool = True
     state: StateConfig = StateConfig()
     not_modelled: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # how the lab read what the config leaves to the software stack
 
     def config(self):
-        """The lab's model config, with the run's attention and MoE."""
-        cfg = model_configs.config(self.model, attention=self.attention)
-        return cfg.with_moe(**self.moe) if self.moe else cfg
+        """The lab's model config, with the run's dimensions, layer scan, attention and MoE."""
+        cfg = model_configs.config(self.model, attention=self.attention, scan_layers=self.scan_layers,
+                                   **{k: v for k, v in self.dims.items() if not k.startswith("moe.")})
+        moe = {**{k[4:]: v for k, v in self.dims.items() if k.startswith("moe.")}, **self.moe}
+        return cfg.with_moe(**moe) if moe else cfg
 
     def mesh(self, num_devices: int, gpus_per_host: int) -> dict[str, int]:
         """The lab's mesh: each axis ici x dcn, the ``-1`` axes filled (ici per host, dcn over hosts)."""
@@ -77,13 +94,14 @@ class MaxTextRun:
         return {a: ici[a] * dcn[a] for a in LAB_AXES}
 
     def global_batch(self, num_devices: int) -> int:
-        """MaxText's global batch: per_device_batch_size (one microbatch) x every device x
-        gradient_accumulation_steps (``global_batch_to_train`` in MaxText's configs/types.py)."""
-        micro = self.per_device_batch_size * num_devices
-        if micro != int(micro) or micro < 1:
-            raise ValueError(f"per_device_batch_size {self.per_device_batch_size:g} x {num_devices} GPUs = {micro:g} "
-                             "is not a whole number of sequences")
-        return int(micro) * self.state.gradient_accumulation_steps
+        """MaxText's global batch: int(per_device_batch_size x every device) sequences a microbatch, times
+        gradient_accumulation_steps (``calculate_global_batch_sizes`` in MaxText's configs/types.py at
+        e591f30: below 1 per device it loads one sequence per device and trains on the int() of it)."""
+        micro = int(self.per_device_batch_size * num_devices)
+        if micro < 1:
+            raise ValueError(f"per_device_batch_size {self.per_device_batch_size:g} x {num_devices} GPUs trains on "
+                             f"{micro} sequences: give at least 1 / {num_devices}")
+        return micro * self.state.gradient_accumulation_steps
 
 
 def _fill(axes: Mapping[str, int], total: int, group: str, what: str) -> dict[str, int]:
@@ -113,63 +131,227 @@ def _load(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
     return data
 
 
-def read(source: str | Path | Mapping[str, Any], sparse_kernel: str = "ragged_dot") -> MaxTextRun:
-    """A MaxText config (a YAML file of overrides, or the mapping) as the lab's inputs. MaxText's sparse
-    MoE path is read as ``sparse_kernel``: ``ragged_dot`` (what its GPU code calls, as pip jaxlib 0.10.2
-    runs it) or ``grouped`` (the grouped-GEMM kernel a tuned deployment runs for the same call); no
-    MaxText key chooses between them, the jaxlib does."""
+def read(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = (),
+         sparse_kernel: str = "ragged_dot") -> MaxTextRun:
+    """A MaxText run — its config file (or the mapping) and ``key=value`` command-line ``overrides`` —
+    as the lab's inputs, assembled as MaxText's ``pyconfig`` does (``assemble``; what MaxText would
+    reject is said in ``notes`` with the correction the lab answers for). MaxText's sparse MoE path is
+    read as ``sparse_kernel``: ``ragged_dot`` (what its GPU code calls, as pip jaxlib 0.10.2 runs it) or
+    ``grouped`` (the grouped-GEMM kernel a tuned deployment runs for the same call); no MaxText key
+    chooses between them, the jaxlib does."""
     if sparse_kernel not in ("ragged_dot", "grouped"):
         raise ValueError(f"sparse_kernel {sparse_kernel!r}: choose ragged_dot or grouped")
-    raw = _load(source)
-    name = raw.get("model_name")
-    if name not in MODEL_NAMES:
-        raise ValueError(f"model_name {name!r}: the lab has {', '.join(MODEL_NAMES)}")
+    raw, user, notes = assemble(source, overrides)
+    cfg = model_configs.config(MODEL_NAMES[raw["model_name"]])
     for key, value in FIXED.items():
-        if key in raw and raw[key] != value:
+        if raw[key] != value:
             raise ValueError(f"{key}: {raw[key]!r} is not modelled (the lab compiles {key}: {value!r})")
-    if raw.get("hardware", "gpu") not in ("gpu", "gpu_multiprocess"):
+    if "hardware" not in user:
+        notes.append(f"hardware: not set (base.yml's default is {raw['hardware']}); the lab reads gpu")
+    elif raw["hardware"] not in ("gpu", "gpu_multiprocess"):
         raise ValueError(f"hardware: {raw['hardware']!r}: the lab models NVIDIA GPUs (gpu, gpu_multiprocess)")
+    attention = raw["attention"]
+    if attention not in ATTENTION:
+        raise ValueError(f"attention {attention!r}: the lab models {', '.join(ATTENTION)}")
+    scan = raw["scan_layers"]
+    if not isinstance(scan, bool):
+        raise ValueError(f"scan_layers: {scan!r}: true or false")
+    moe = _moe(raw, cfg, sparse_kernel, notes) if cfg.moe is not None else {}
+    ici, dcn = _mesh_axes(raw)
+    return MaxTextRun(
+        model=cfg.name, policy=_policy(raw, notes), per_device_batch_size=float(raw["per_device_batch_size"]),
+        seq=int(raw["max_target_length"]), ici=ici, dcn=dcn, attention=ATTENTION[attention], moe=moe,
+        dims=_dims(raw, user, cfg), scan_layers=scan,
+        state=StateConfig(gradient_accumulation_steps=int(raw["gradient_accumulation_steps"]),
+                          optimizer_memory_host_offload=bool(raw["optimizer_memory_host_offload"]),
+                          parameter_memory_host_offload=bool(raw["parameter_memory_host_offload"])),
+        not_modelled=tuple(sorted(k for k in user if k not in READ_KEYS)), notes=tuple(notes))
+
+
+def _policy(raw: Mapping, notes: list[str]) -> str | dict:
+    """MaxText's ``remat_policy`` (``custom``: its per-tensor keys, base.yml's defaults where unset)."""
+    policy = raw["remat_policy"]
+    if policy == "minimal_flash":
+        notes.append("remat_policy: minimal_flash is MaxText's deprecated alias of minimal_with_context (decoders.py "
+                     "get_remat_policy)")
+        return "minimal_with_context"
+    if policy == "custom":
+        spec = {k: raw[k] for k in policies.TENSOR_NAMES if k in raw}
+        bad = {k: v for k, v in spec.items() if v not in REMAT_CHOICES}
+        if bad:
+            raise ValueError(f"custom remat values {bad}: choose one of {', '.join(REMAT_CHOICES)}")
+        return spec
+    if policy not in policies.PRESETS or policy == "no_remat":
+        raise ValueError(f"remat_policy {policy!r}: MaxText's are custom, "
+                         f"{', '.join(p for p in policies.PRESETS if p != 'no_remat')}")
+    return policy
+
+
+def _mesh_axes(raw: Mapping) -> tuple[dict[str, int], dict[str, int]]:
+    """The ``ici_*`` and ``dcn_*`` sizes of the lab's axes; any other MaxText axis must be 1."""
     for group in ("ici", "dcn"):
         for axis in OTHER_AXES:
             if int(raw.get(f"{group}_{axis}_parallelism", 1)) != 1:
                 raise ValueError(f"{group}_{axis}_parallelism: {raw[f'{group}_{axis}_parallelism']} is not modelled "
                                  f"(the lab's mesh axes: {', '.join(LAB_AXES)})")
-    policy = raw.get("remat_policy", "full")
-    if policy == "custom":
-        policy = {k: raw[k] for k in policies.TENSOR_NAMES if k in raw}
-        bad = {k: v for k, v in policy.items() if v not in REMAT_CHOICES}
-        if bad:
-            raise ValueError(f"custom remat values {bad}: choose one of {', '.join(REMAT_CHOICES)}")
-    elif policy not in policies.PRESETS or policy == "no_remat":
-        raise ValueError(f"remat_policy {policy!r}: MaxText's are custom, "
-                         f"{', '.join(p for p in policies.PRESETS if p != 'no_remat')}")
-    attention = raw.get("attention", "autoselected")
-    if attention not in ATTENTION:
-        raise ValueError(f"attention {attention!r}: the lab models {', '.join(ATTENTION)}")
-    moe = {}
-    cfg = model_configs.config(MODEL_NAMES[name])
-    notes = []
-    if cfg.moe is not None:
-        moe = moe_path(raw)
-        if moe["dispatch"] == "ragged_dot":
-            moe["dispatch"] = sparse_kernel
-            notes.append("MoE: MaxText's sparse path read as jax.lax.ragged_dot, as pip jaxlib 0.10.2 runs it (every "
-                         "row times every local expert); --moe grouped shows it as a grouped-GEMM kernel"
-                         if sparse_kernel == "ragged_dot" else
-                         "MoE: MaxText's sparse path read as a grouped-GEMM kernel (a tuned deployment's; pip jaxlib "
-                         "0.10.2 runs jax.lax.ragged_dot densely instead: --moe ragged_dot)")
-    state = StateConfig(gradient_accumulation_steps=int(raw.get("gradient_accumulation_steps", 1)),
-                        optimizer_memory_host_offload=bool(raw.get("optimizer_memory_host_offload", False)),
-                        parameter_memory_host_offload=bool(raw.get("parameter_memory_host_offload", False)))
-    mesh = {g: {a: int(raw[f"{g}_{a}_parallelism"]) for a in LAB_AXES if f"{g}_{a}_parallelism" in raw}
-            for g in ("ici", "dcn")}
-    # base.yml's own defaults where the file leaves them: ici_fsdp -1, dcn_data -1
-    mesh["ici"].setdefault("fsdp", -1 if -1 not in mesh["ici"].values() else 1)
-    mesh["dcn"].setdefault("data", -1 if -1 not in mesh["dcn"].values() else 1)
-    return MaxTextRun(
-        model=MODEL_NAMES[name], policy=policy, per_device_batch_size=float(raw.get("per_device_batch_size", 12.0)),
-        seq=int(raw.get("max_target_length", 2048)), ici=mesh["ici"], dcn=mesh["dcn"], attention=ATTENTION[attention],
-        moe=moe, state=state, not_modelled=tuple(sorted(k for k in raw if k not in READ_KEYS)), notes=tuple(notes))
+    ici, dcn = ({a: int(raw[f"{g}_{a}_parallelism"]) for a in LAB_AXES} for g in ("ici", "dcn"))
+    return ici, dcn
+
+
+def _dims(raw: Mapping, user: set[str], cfg) -> dict[str, Any]:
+    """The model dimensions the run changes from the model's file (``base_num_decoder_layers=5`` on the
+    command line, with ``override_model_config``); a key for a part the model lacks is refused."""
+    dims = {}
+    for key, field in MODEL_FILE_KEYS.items():
+        if key not in user:
+            continue
+        lab = _model_value(cfg, field)
+        if lab is None:
+            raise ValueError(f"{key}: {raw[key]!r} is not modelled for {raw['model_name']} (it has no routed experts)")
+        if raw[key] != lab:
+            dims[field] = raw[key]
+    return dims
+
+
+def _moe(raw: Mapping, cfg, sparse_kernel: str, notes: list[str]) -> dict:
+    """``moe_path``, with MaxText's sparse path read as ``sparse_kernel`` and notes saying so."""
+    moe = moe_path(raw)
+    if moe["dispatch"] != "ragged_dot":
+        return moe
+    moe["dispatch"] = sparse_kernel
+    notes.append("MoE: MaxText's sparse path read as jax.lax.ragged_dot, as pip jaxlib 0.10.2 runs it (every "
+                 "row times every local expert); --moe grouped shows it as a grouped-GEMM kernel"
+                 if sparse_kernel == "ragged_dot" else
+                 "MoE: MaxText's sparse path read as a grouped-GEMM kernel (a tuned deployment's; pip jaxlib "
+                 "0.10.2 runs jax.lax.ragged_dot densely instead: --moe ragged_dot)")
+    if float(raw["capacity_factor"]) > 0:
+        notes.append(f"capacity_factor: {raw['capacity_factor']} has no effect on MaxText's sparse path (moe.py reads "
+                     "it in dense_matmul only): the sparse path is dropless but for ragged_buffer_factor")
+    return moe
+
+
+def _model_value(cfg, field: str):
+    """A ModelConfig field (``moe.x`` for the Moe's), None where the model has no such part."""
+    if field.startswith("moe."):
+        return getattr(cfg.moe, field[4:]) if cfg.moe is not None else None
+    return getattr(cfg, field)
+
+
+def model_file(model: str) -> dict[str, Any]:
+    """The keys of MaxText's ``configs/models/<model_name>.yml`` the lab models, with the lab's values of
+    them (the lab's catalog carries those files' dimensions, ``models/configs.py``)."""
+    cfg = model_configs.config(MODEL_NAMES[model])
+    out = {key: _model_value(cfg, field) for key, field in MODEL_FILE_KEYS.items()}
+    if cfg.mla is not None:  # DeepSeek's file leaves head_dim to base.yml (MLA's head dims are their own keys)
+        del out["head_dim"]
+    if cfg.moe is None or cfg.mla is None:  # Mixtral's file sets no shared experts and no dense layers
+        out.pop("shared_experts"), out.pop("first_num_dense_layers")
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def assemble(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> tuple[dict[str, Any], set[str], list[str]]:
+    """A MaxText run's keys as MaxText's ``pyconfig`` assembles them (``_initialize_pydantic`` at e591f30):
+    ``base.yml``'s defaults, the config file over its ``base_config`` chain, then the model's file
+    ``configs/models/<model_name>.yml`` (which wins over the config file), then the command line's
+    ``key=value`` overrides (each value YAML-typed, ``OmegaConf.from_cli``; a later one wins).
+
+    Returns the keys, the keys the user set (the config files but MaxText's own ``base.yml``, and the
+    command line) and notes: what MaxText itself would reject — a config path that does not exist, an
+    argument without ``=``, a command-line value that contradicts the model's file — with the correction
+    the lab reads instead. A key MaxText does not have is an error, as it is MaxText's
+    (``pyconfig._prepare_for_pydantic``)."""
+    notes: list[str] = []
+    if isinstance(source, Mapping):
+        defaults, values = {}, dict(source)
+    else:
+        defaults, values = _load_chain(_config_path(Path(source), notes))
+    cli = parse_overrides(overrides, notes)
+    for key in [*values, *cli]:
+        if key not in MAXTEXT_KEYS:
+            close = difflib.get_close_matches(key, sorted(MAXTEXT_KEYS), n=3, cutoff=0.75)
+            raise ValueError(f"{key!r} is not a MaxText key (pyconfig refuses it)"
+                             + (f"; did you mean {' or '.join(close)}?" if close else ""))
+    name = {**BASE_DEFAULTS, **defaults, **values, **cli}["model_name"]
+    if name not in MODEL_NAMES:
+        raise ValueError(f"model_name {name!r}: the lab has {', '.join(MODEL_NAMES)}")
+    model = model_file(name)
+    for key, value in model.items():
+        if key in values and values[key] != value:
+            notes.append(f"{key}: {values[key]!r} in the config file is not what MaxText runs: it merges "
+                         f"configs/models/{name}.yml after the file, whose {key} is {value!r}")
+    clash = [k for k in model if k in cli and cli[k] != model[k]]
+    if clash and not {**values, **cli}.get("override_model_config", False):
+        notes.append(f"MaxText rejects this run: {', '.join(f'{k}={cli[k]!r}' for k in clash)} contradict"
+                     f"{'s' if len(clash) == 1 else ''} configs/models/{name}.yml "
+                     "(pyconfig.validate_no_keys_overridden_twice); the lab answers for it with "
+                     "override_model_config=true, where the command line wins")
+    raw = {**BASE_DEFAULTS, **defaults, **values, **{k: v for k, v in model.items() if k not in cli}, **cli}
+    return raw, {*values, *cli}, notes
+
+
+def parse_overrides(tokens: Sequence[str], notes: list[str]) -> dict[str, Any]:
+    """MaxText's command-line ``key=value`` overrides, YAML-typed as ``OmegaConf.from_cli`` types them. A
+    token without ``=`` is a key with no value to MaxText, which it then refuses as unknown: the lab pairs
+    a ``key:`` token with the value after it (``enable_checkpointing: False``), says so, and refuses any
+    other such token."""
+    import yaml
+
+    out, i = {}, 0
+    while i < len(tokens):
+        token = tokens[i]
+        key, sep, value = token.partition("=")
+        if not sep:
+            if token.endswith(":") and i + 1 < len(tokens) and "=" not in tokens[i + 1]:
+                notes.append(f"MaxText rejects the arguments {token!r} {tokens[i + 1]!r} (an argument without '=' is "
+                             f"a key of its own to OmegaConf.from_cli: {token!r} is not a MaxText key); the lab reads "
+                             f"{token[:-1]}={tokens[i + 1]}")
+                key, value, i = token[:-1], tokens[i + 1], i + 1
+            else:
+                raise ValueError(f"override {token!r} is not key=value (MaxText's command line: key=value ...)")
+        if not key:
+            raise ValueError(f"override {token!r} has no key")
+        try:
+            out[key] = yaml.safe_load(value) if value else None
+        except yaml.YAMLError:
+            out[key] = value
+        i += 1
+    return out
+
+
+def _config_path(path: Path, notes: list[str]) -> Path:
+    """The config file, as MaxText resolves it (``pyconfig.resolve_config_path``: a path that is not a
+    file fails); where a MaxText recipe names a file that does not exist but its GPU config does —
+    ``models/gpu/X.yml`` or ``models/X.yml`` for ``gpu/models/X.yml`` — the lab reads that and says so."""
+    if path.is_file():
+        return path
+    parts = path.parts
+    candidates = []
+    if len(parts) >= 3 and parts[-3:-1] == ("models", "gpu"):
+        candidates.append(Path(*parts[:-3], "gpu", "models", parts[-1]))
+    if len(parts) >= 2 and parts[-2] == "models":
+        candidates.append(Path(*parts[:-2], "gpu", "models", parts[-1]))
+    for candidate in candidates:
+        if candidate.is_file():
+            notes.append(f"MaxText rejects this run: its config file {str(path)!r} does not exist (MaxText at e591f30 "
+                         f"fails to load it); the lab reads {str(candidate)!r}")
+            return candidate
+    raise ValueError(f"MaxText config {str(path)!r} does not exist")
+
+
+def _load_chain(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A config file over its ``base_config`` chain (``pyconfig._load_config``: next to the file, else in
+    MaxText's configs folder, which the lab looks for above the file), as (MaxText's ``base.yml``
+    defaults where the chain reaches it, the keys of every other file in it)."""
+    values = _load(path)
+    if path.name == "base.yml":
+        return values, {}
+    base = values.get("base_config")
+    for folder in (path.parent, *path.parents) if base else ():
+        candidate = folder / base
+        if candidate.is_file() and candidate.resolve() != path.resolve():
+            defaults, above = _load_chain(candidate)
+            return defaults, {**above, **values}
+    return {}, values  # base.yml's defaults for the keys the lab reads are BASE_DEFAULTS
 
 
 def moe_path(raw: Mapping) -> dict:
@@ -178,15 +360,16 @@ def moe_path(raw: Mapping) -> dict:
     ``jax.lax.ragged_dot`` (``--moe ragged_dot``: what pip jaxlib 0.10.2 runs; ``--moe grouped``
     shows the grouped-GEMM kernel a tuned deployment runs instead); ``megablox: true`` (MaxText's
     default) runs a TPU Pallas kernel in interpret mode on a GPU, which the lab does not model."""
-    factor = float(raw.get("capacity_factor", -1.0))
-    if raw.get("sparse_matmul", True) is False:
+    raw = {**BASE_DEFAULTS, **raw}
+    factor = float(raw["capacity_factor"])
+    if raw["sparse_matmul"] is False:
         return {"dispatch": "dense", "capacity_factor": factor if factor > 0 else -1.0}
-    if raw.get("megablox", True) is not False:
+    if raw["megablox"] is not False:
         raise ValueError("megablox: true on a GPU: MaxText runs its Megablox kernel (TPU Pallas) in interpret mode "
                          "there (moe.py), not a GPU kernel; set megablox: false (jax.lax.ragged_dot, as MaxText's GPU "
                          "configs do) or sparse_matmul: false (the dense path)")
     moe = {"dispatch": "ragged_dot"}
-    if float(raw.get("ragged_buffer_factor", -1.0)) > 0:
+    if float(raw["ragged_buffer_factor"]) > 0:
         moe["ragged_buffer_factor"] = float(raw["ragged_buffer_factor"])
     return moe
 

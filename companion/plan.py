@@ -36,6 +36,7 @@ from typing import Mapping
 
 from . import budget as budget_lib
 from . import compiler, schedule, sharding, targets, train
+from .fit import HOST_RAM_SHARE, host_limit_bytes
 from . import flags as xla_flags
 from .models import configs as model_configs
 from .targets import GiB, Target
@@ -142,7 +143,6 @@ def largest_batch(model, target: Target, seq: int, policy="full", mesh: Mapping[
 # fit, 19 of them low, 10 by more than 1 %): candidates within 2 % of usable HBM are left to the next
 # batch step down, and the finalists are compiled
 BUDGET_MARGIN = 0.02
-HOST_RAM_SHARE = 0.75  # of the host RAM behind a GPU the pinned pool may take (an assumption: module docstring)
 STATE_CHOICES = (train.StateConfig(), train.StateConfig(optimizer_memory_host_offload=True),
                  train.StateConfig(optimizer_memory_host_offload=True, parameter_memory_host_offload=True))
 PIPELINED_FLAG = xla_flags.PIPELINED_HOST_OFFLOADING
@@ -503,8 +503,7 @@ def search(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None
         meshes = mesh_candidates(cfg, target)
     else:
         meshes = [sharding.parse_mesh(dict(mesh) if isinstance(mesh, Mapping) else mesh, n)]
-    ram = int(HOST_RAM_SHARE * target.gpu.host_memory_per_gpu_bytes)
-    host_limit = min(ram, host_pool_gib * GiB) if host_pool_gib is not None else ram
+    host_limit = host_limit_bytes(target, host_pool_gib * GiB if host_pool_gib is not None else None)
     usable = target.usable_hbm_bytes
     flag_sets = _flag_sets(flags)
     accums = (1,) if global_batch is None else (1, 2, 4, 8)

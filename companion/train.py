@@ -116,8 +116,14 @@ class Trainer:
     def loss(self, params, rest, batch) -> jax.Array:
         model = nnx.merge(self.graphdef, params, rest)
         logits = model(batch["inputs"], self.policy.jax_policy(),
-                       params_on_host=self.state.parameter_memory_host_offload)
+                       params_on_host=self.state.parameter_memory_host_offload, prevent_cse=self.prevent_cse)
         return cross_entropy(logits, batch["targets"])
+
+    @property
+    def prevent_cse(self) -> bool:
+        """MaxText's ``should_prevent_cse_in_remat`` (``utils/maxtext_utils.py`` at e591f30): CSE barriers in
+        the remat of unscanned layers, except under gradient accumulation on a GPU."""
+        return not self.cfg.scan_layers and self.state.gradient_accumulation_steps == 1
 
     def loss_and_grads(self, params, rest, batch):
         """Loss and gradients of the whole batch: with gradient accumulation, a scan over
@@ -287,9 +293,9 @@ def time_call(fn: Callable, *args, repeats: int = 5, warmup: int = 1) -> float:
 def layer_stack_loss(cfg: ModelConfig, policy, rules: AxisRules = AxisRules(), prevent_cse: bool = False):
     """``(loss(layer_params, x), abstract model)`` for the scanned decoder stack alone: no embedding,
     no head. The loss is the mean square of the stack's output, enough to run its backward pass.
-    ``prevent_cse``: see ``models.layers.scan_layers`` (off, as in MaxText)."""
+    ``prevent_cse``: see ``models.layers.apply_layers`` (off for a scanned stack, as in MaxText)."""
     model = models.abstract(cfg, rules)
-    stacks = [s for s in ("layers", "dense_layers", "moe_layers") if getattr(model, s, None) is not None]
+    stacks = [name for name, _, _ in cfg.stacks()]
     graphdefs = {s: nnx.split(getattr(model, s))[0] for s in stacks}
     jax_policy = policies.resolve(policy, emitted=model.checkpoint_names()).jax_policy()
 
@@ -297,7 +303,7 @@ def layer_stack_loss(cfg: ModelConfig, policy, rules: AxisRules = AxisRules(), p
         positions = jnp.broadcast_to(jnp.arange(x.shape[1]), x.shape[:2])
         for s in stacks:
             layers = nnx.merge(graphdefs[s], stack_params[s])
-            x = layers_lib.scan_layers(layers, x, positions, jax_policy, prevent_cse=prevent_cse)
+            x = layers_lib.apply_layers(layers, x, positions, jax_policy, prevent_cse=prevent_cse)
         return jnp.mean(jnp.square(x.astype(jnp.float32)))
 
     return loss, model, stacks

@@ -20,7 +20,7 @@ def _write(tmp_path, name: str, text: str) -> str:
 
 CLI_CASES = [
     # (id, argv builder, words the one-line message must contain)
-    ("unknown model", lambda t: ["budget", "--model", "llama3-8b", *STEP], ["'llama3-8b'", "llama3.1-8b"]),
+    ("unknown model", lambda t: ["budget", "--model", "llama3-8bb", *STEP], ["'llama3-8bb'", "llama3.1-8b"]),
     ("unknown GPU", lambda t: ["budget", *TINY[:2], "--target", "h1000", *STEP], ["'h1000'", "h100", "gb200"]),
     ("unknown policy", lambda t: ["budget", *TINY, *STEP, "--policy", "fulll"], ["'fulll'", "minimal_offloaded"]),
     ("custom without spec", lambda t: ["budget", *TINY, *STEP, "--policy", "custom"], ["'custom'", ".json"]),
@@ -64,9 +64,11 @@ CLI_CASES = [
     ("two open mesh axes", lambda t: ["budget", *TINY, *STEP, "--mesh", "fsdp=-1,tensor=-1"], ["-1"]),
     ("heads not dividing tensor", lambda t: ["budget", "--model", "tiny-llama", "--gpus", "8", "--batch", "8",
                                             "--seq", "64", "--mesh", "tensor=8"], ["heads 4", "8"]),
-    ("mem fraction zero", lambda t: ["budget", *TINY, *STEP, "--mem-fraction", "0"], ["0.0", "(0, 1]"]),
-    ("mem fraction above one", lambda t: ["budget", *TINY, *STEP, "--mem-fraction", "1.5"], ["1.5", "(0, 1]"]),
-    ("mem fraction not a number", lambda t: ["budget", *TINY, *STEP, "--mem-fraction", "most"], ["'most'"]),
+    ("mem fraction zero", lambda t: ["budget", *TINY, *STEP, "--mem-fraction", "0"], ["'0'", "(0, 1]"]),
+    ("mem fraction above one", lambda t: ["budget", *TINY, *STEP, "--mem-fraction", "1.5"], ["'1.5'", "(0, 1]"]),
+    ("mem fraction not a number", lambda t: ["budget", *TINY, *STEP, "--mem-fraction", "most"], ["'most'", "needed"]),
+    ("mem fraction needed for a plan", lambda t: ["plan", "--model", "tiny-llama", "--gpus", "2", "--seq", "64",
+                                                 "--mem-fraction", "needed"], ["'needed'", "float"]),
     ("batch not an integer", lambda t: ["budget", *TINY, "--batch", "eight", "--seq", "64"], ["'eight'"]),
     ("unknown attention", lambda t: ["budget", *TINY, *STEP, "--attention", "flashy"], ["'flashy'", "dot_product"]),
     ("targets mem fraction", lambda t: ["targets", "--mem-fraction", "2"], ["2.0", "(0, 1]"]),
@@ -83,6 +85,20 @@ CLI_CASES = [
      ["ragged_buffer_factor -2.0", "-1", "> 0"]),
     ("imbalance below one", lambda t: ["budget", *DS, *STEP, "--moe-imbalance", "0.5"], ["imbalance 0.5", "[1, 4]"]),
     ("imbalance over E/k", lambda t: ["budget", *DS, *STEP, "--moe-imbalance", "9"], ["imbalance 9.0", "[1, 4]"]),
+    ("MaxText: unknown model_name", lambda t: ["budget", "--maxtext-config", _write(t, "a.yml", "model_name: gpt3-175b\n")],
+     ["model_name 'gpt3-175b'", "llama2-7b", "mixtral-8x22b"]),
+    ("MaxText: override without '='", lambda t: ["budget", "--maxtext-config", _write(t, "b.yml", "model_name: llama2-7b\n"),
+                                                "run_name"], ["'run_name'", "key=value"]),
+    ("MaxText: a key MaxText lacks", lambda t: ["budget", "--maxtext-config", _write(t, "c.yml", "model_name: llama2-7b\n"),
+                                               "megablocks=false"], ["'megablocks'", "not a MaxText key", "megablox"]),
+    ("MaxText: overrides without a config", lambda t: ["budget", *TINY, *STEP, "scan_layers=false"],
+     ["'scan_layers=false'", "--maxtext-config"]),
+    ("MaxText: Megablox on a GPU", lambda t: ["budget", "--maxtext-config",
+                                             _write(t, "d.yml", "model_name: mixtral-8x7b\nmegablox: true\n")],
+     ["megablox: true", "interpret mode", "megablox: false"]),
+    ("MaxText: budget of unscanned layers", lambda t: ["budget", "--maxtext-config",
+                                                      _write(t, "e.yml", "model_name: llama2-7b\nscan_layers: false\n")],
+     ["scan_layers false", "compile"]),
     ("compile: bad flag", lambda t: ["compile", *TINY, *STEP, "--xla-flags", "--xla_gpu_offloading_memory_limit_gb=8"],
      ["xla_gpu_offloading_memory_limit_gb", "XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB"]),
 ]
@@ -149,3 +165,16 @@ def test_a_good_budget_call_still_prints_json(capsys):
     assert cli.main(["budget", *TINY, *STEP, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["mem_fraction"] == 0.75 and data["usable_hbm_bytes"] < data["hbm_bytes"]
+
+
+def test_xla_flags_env_reads_the_run_s_flags_and_names_every_bad_one(monkeypatch, capsys):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    assert cli.main(["budget", *TINY, *STEP, "--xla-flags", "env"]) == 1
+    assert "XLA_FLAGS is not set" in capsys.readouterr().err
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_pipeline_all_gather=on --xla_gpu_graph_level=0 "
+                                    "--xla_gpu_enable_latency_hiding_scheduler=true")
+    assert cli.main(["budget", *TINY, *STEP, "--xla-flags", "env"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: 2 XLA flags jaxlib 0.10.2 rejects")
+    assert "xla_gpu_pipeline_all_gather" in err[0] and "xla_gpu_graph_level" in err[0]
+    assert 'ready to paste: XLA_FLAGS="--xla_gpu_enable_pipelined_all_gather=true ' in err[0]

@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 
@@ -69,7 +70,7 @@ def test_compile_prints_one_json_object_per_device(tmp_path):
 
 def test_compile_errors_are_one_line():
     cases = [
-        (["--model", "llama3-8b"], "unknown model"),
+        (["--model", "llama3-8bb"], "unknown model"),
         (["--model", "tiny-llama", "--policy", "fulll"], "unknown remat policy"),
         (["--model", "tiny-llama", "--gpus", "2", "--batch", "3"], "does not divide"),
         (["--model", "tiny-llama", "--gpus", "2", "--mesh", "fsdp=4"], "make the sizes multiply to 2"),
@@ -135,3 +136,15 @@ def test_a_maxtext_config_in_and_its_overrides_out_give_the_same_budget(tmp_path
         "error: --mesh and --maxtext-config both set the run: give one of them")
     none = companion("budget", "--target", "h100")
     assert none.returncode == 1 and "--model, --batch and --seq are required (or --maxtext-config FILE)" in none.stderr
+
+
+def test_a_run_s_bad_xla_flags_are_one_line_not_an_abort():
+    """The run's XLA_FLAGS in the environment (here two newer XLA's spellings) read with --xla-flags env: one
+    line naming both with the string to paste, before JAX's backend would start with them and abort."""
+    env = {**os.environ, "XLA_FLAGS": "--xla_gpu_pipeline_all_gather=on --xla_gpu_graph_level=0"}
+    out = subprocess.run([sys.executable, "-m", "companion", "compile", "--model", "tiny-llama", "--gpus", "2",
+                          "--batch", "4", "--seq", "64", "--xla-flags", "env"], capture_output=True, text=True,
+                         timeout=120, env=env)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: 2 XLA flags"), out.stderr
+    assert 'ready to paste: XLA_FLAGS="--xla_gpu_enable_pipelined_all_gather=true"' in lines[0]

@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 import subprocess
 import sys
 
@@ -121,8 +122,30 @@ def test_resolve_presets_overrides_and_workarounds():
 @pytest.mark.parametrize("name", sorted(flags.ABSENT))
 def test_flags_absent_from_jaxlib_0_10_2_are_refused_with_what_to_write(name):
     assert name not in flags.KNOWN
-    with pytest.raises(ValueError, match=f"'{name}' does not exist in jaxlib .*would abort"):
+    with pytest.raises(ValueError, match=f"'{name}' does not exist in jaxlib") as err:
         flags.parse(f"--{name}=1")
+    assert "would abort the process" in str(err.value)
+
+
+def test_every_flag_jaxlib_0_10_2_rejects_is_named_at_once_with_the_string_to_paste():
+    """MaxText's 1vm.sh flags (src/maxtext/configs/gpu/a3/llama_2_7b/1vm.sh at e591f30, newer XLA's spellings)."""
+    text = (Path(__file__).parent / "data/maxtext/configs/gpu/a3/llama_2_7b/1vm.sh").read_text()
+    xla_flags = text.split('export XLA_FLAGS="', 1)[1].split('"', 1)[0].replace("$OUTPUT_PATH/$RUN_NAME", "/tmp/run")
+    with pytest.raises(ValueError) as err:
+        flags.parse(xla_flags)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("3 XLA flags jaxlib 0.10.2 rejects")
+    for old, new in (("pipeline_all_gather", "enable_pipelined_all_gather"),
+                     ("pipeline_reduce_scatter", "enable_pipelined_reduce_scatter"),
+                     ("pipeline_all_reduce", "enable_pipelined_all_reduce")):
+        assert f"'xla_gpu_{old}' does not exist" in message and f"write --xla_gpu_{new}=true" in message
+    corrected = message.split("ready to paste: XLA_FLAGS=", 1)[1].strip('"')
+    parsed = flags.parse(corrected)  # the corrected string passes, and keeps every other flag as written
+    assert parsed["xla_gpu_enable_pipelined_all_gather"] is True and parsed["xla_gpu_enable_command_buffer"] == ()
+    assert parsed["xla_gpu_all_reduce_combine_threshold_bytes"] == 134217728
+    resolved = flags.resolve(flags.from_environment({"XLA_FLAGS": corrected}))
+    assert resolved.preset == "none" and "xla_dump_to" not in resolved.flags
+    assert resolved.notes and "xla_dump_to" in resolved.notes[0] and "a folder of their own" in resolved.notes[0]
 
 
 def test_catalog_meanings_true_to_0_10_2():

@@ -1,25 +1,25 @@
+from pathlib import Path
+
 import pytest
+import yaml
 
 from companion import budget, maxtext, policies, sharding, targets, train
 
-# MaxText's own key names, checked against src/maxtext/configs/base.yml of AI-Hypercomputer/maxtext at
-# e591f30 (Aug 2026): every key the lab exports must be one of them (a renamed key fails here first).
-BASE_YML_KEYS = frozenset({
-    "model_name", "hardware", "remat_policy", "per_device_batch_size", "max_target_length", "attention",
-    "sparse_matmul", "megablox", "capacity_factor", "ragged_buffer_factor", "gradient_accumulation_steps",
-    "optimizer_memory_host_offload", "parameter_memory_host_offload", "scan_layers", "dtype", "weight_dtype",
-    "decoder_layer_input", "indexer_cutoff_threshold", "context", "mlpwi", "mlpwi_0", "mlpwi_1", "mlpwo",
-    "moe_mlpwi_0", "moe_mlpwi_1", "moe_mlpwo", "query_proj", "key_proj", "value_proj", "kv_proj", "qkv_proj",
-    "out_proj", "query_wa_proj", "kv_wa_proj", "mla_q", "mla_kv", "attention_out", "engram",
-    *(f"{group}_{axis}_parallelism" for group in ("ici", "dcn") for axis in (
-        "diloco", "data", "fsdp", "fsdp_transpose", "sequence", "context", "context_usp_ulysses",
-        "context_autoregressive", "tensor", "tensor_sequence", "autoregressive", "pipeline", "expert")),
-})
+MAXTEXT = Path(__file__).parent / "data" / "maxtext" / "configs"  # MaxText's configs at e591f30 (SOURCE.md)
+BASE_YML_KEYS = frozenset(yaml.safe_load((MAXTEXT / "base.yml").read_text()))
 
 
 def test_every_exported_and_read_key_is_maxtexts():
+    """Every key the lab exports or reads is one of base.yml's (a renamed key fails here first), and the
+    lab's list of the keys MaxText accepts (from its types.py) holds every key of base.yml."""
     assert set(maxtext.EXPORTED_KEYS) <= BASE_YML_KEYS
-    assert maxtext.READ_KEYS <= BASE_YML_KEYS
+    assert maxtext.READ_KEYS - {"base_config"} <= BASE_YML_KEYS  # base_config: the chain, pyconfig reads it
+    assert BASE_YML_KEYS <= maxtext.MAXTEXT_KEYS
+
+
+def test_the_keys_the_lab_reads_default_as_base_yml_does():
+    base = yaml.safe_load((MAXTEXT / "base.yml").read_text())
+    assert {k: base[k] for k in maxtext.BASE_DEFAULTS} == maxtext.BASE_DEFAULTS
 
 
 @pytest.mark.parametrize("model, policy, target, mesh, batch, state", [
@@ -62,12 +62,15 @@ def test_a_users_config_lists_what_the_lab_does_not_model_and_fills_the_minus_on
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"model_name": "gpt3-175b"}, "model_name 'gpt3-175b': the lab has llama3.1-8b"),
+    ({"model_name": "gpt3-175b"}, "model_name 'gpt3-175b': the lab has llama2-7b, .*, deepseek3-671b"),
     ({"model_name": "llama3.1-8b", "remat_policy": "minimall"}, "remat_policy 'minimall': MaxText's are custom"),
     ({"model_name": "llama3.1-8b", "remat_policy": "custom", "query_proj": "host"}, "choose one of remat, device, offload"),
     ({"model_name": "llama3.1-8b", "ici_sequence_parallelism": 2}, "ici_sequence_parallelism: 2 is not modelled"),
     ({"model_name": "llama3.1-8b", "attention": "paged"}, "attention 'paged': the lab models"),
-    ({"model_name": "llama3.1-8b", "scan_layers": False}, "scan_layers: False is not modelled"),
+    ({"model_name": "llama3.1-8b", "scan_layers": "no"}, "scan_layers: 'no': true or false"),
+    ({"model_name": "llama3.1-8b", "num_experts": 8}, "num_experts: 8 is not modelled for llama3.1-8b"),
+    ({"model_name": "llama3.1-8b", "megablox_": True}, "'megablox_' is not a MaxText key .*did you mean megablox"),
+    ({"model_name": "mixtral-8x7b", "megablox": True}, "megablox: true on a GPU: MaxText runs its Megablox kernel"),
     ({"model_name": "llama3.1-8b", "hardware": "tpu"}, "hardware: 'tpu': the lab models NVIDIA GPUs"),
 ])
 def test_values_the_lab_cannot_honour_are_one_line_errors(values, message):
@@ -80,8 +83,9 @@ def test_mesh_and_batch_errors_name_the_numbers():
     run = maxtext.read({"model_name": "llama3.1-8b", "per_device_batch_size": 0.5, "ici_fsdp_parallelism": 3})
     with pytest.raises(ValueError, match=r"ici_\*_parallelism over the 8 GPUs of a host: mesh .*fsdp=3.* has 3 devices"):
         run.mesh(8, 8)
-    with pytest.raises(ValueError, match="0.5 x 3 GPUs = 1.5 is not a whole number"):
-        run.global_batch(3)
+    assert run.global_batch(3) == 1  # MaxText trains on int(0.5 x 3) sequences (types.calculate_global_batch_sizes)
+    with pytest.raises(ValueError, match="per_device_batch_size 0.5 x 1 GPUs trains on 0 sequences"):
+        run.global_batch(1)
 
 
 def test_yaml_and_command_line_carry_maxtexts_keys_and_the_environment():

@@ -10,10 +10,15 @@ from companion.models import moe
 from companion.models.layers import rope_frequencies
 
 
-@pytest.mark.parametrize("name", ["llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "deepseek-v3-671b"])
+@pytest.mark.parametrize("name", sorted(mc.PUBLISHED_PARAMS))
 def test_parameter_counts_match_the_published_totals(name):
     cfg = models.config(name)
     assert cfg.param_count() == pytest.approx(mc.PUBLISHED_PARAMS[name], rel=0.01)
+
+
+@pytest.mark.parametrize("name", sorted(mc.PUBLISHED_ACTIVE_PARAMS))
+def test_active_parameter_counts_match_the_published_ones(name):
+    assert models.config(name).param_count(active=True) == pytest.approx(mc.PUBLISHED_ACTIVE_PARAMS[name], rel=0.02)
 
 
 def test_deepseek_active_parameters():
@@ -35,7 +40,8 @@ def test_published_shapes():
             d.moe.first_dense_layers) == (256, 8, 1, 2048, 3)
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-deepseek", "llama3.1-405b", "deepseek-v3-671b"])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-deepseek", "tiny-mixtral", "llama3.1-405b", "deepseek-v3-671b",
+                                  "mixtral-8x22b"])
 def test_abstract_model_parameters_equal_the_config_count(name):
     model = models.abstract(name)
     _, params, rest = nnx.split(model, nnx.Param, ...)
@@ -69,16 +75,76 @@ def test_invalid_moe_configs_are_clear_errors():
         models.config("llama3-405b")
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-deepseek"])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-deepseek", "tiny-mixtral"])
 def test_models_report_exactly_the_names_they_emit(name):
     model = models.build(name)
     tokens = jnp.zeros((2, 8), jnp.int32)
     emitted = policies.emitted_names(lambda t: model(t), tokens)
     assert emitted == model.checkpoint_names()
     assert {"decoder_layer_input", "query_proj", "key_proj", "value_proj", "context", "out_proj",
-            "mlpwi_0", "mlpwi_1", "mlpwo"} <= emitted
+            "mlpwi_0", "mlpwo"} <= emitted
     if name == "tiny-deepseek":
         assert {"mla_q", "mla_kv", "query_wa_proj", "kv_wa_proj", "moe_mlpwi_0", "moe_mlpwi_1", "moe_mlpwo"} <= emitted
+    if name == "tiny-mixtral":  # MaxText's mixtral block: GQA attention, routed experts only (no shared MLP);
+        # its sparse path names the up projection moe_mlpwi_1 only (moe.py at e591f30, line 1959), the gate and
+        # down projections under both names
+        assert {"moe_mlpwi_0", "moe_mlpwi_1", "moe_mlpwo"} <= emitted and not {"mla_q", "mlpwi_1"} & emitted
+    else:
+        assert "mlpwi_1" in emitted
+
+
+def _unscanned_twin(name: str):
+    """A model and its unscanned twin (MaxText's scan_layers: false) with the same weights."""
+    cfg = models.config(name, dtype="float32")
+    scanned, unscanned = models.build(cfg), models.build(cfg.replace(scan_layers=False))
+    stacked = nnx.state(scanned.layers)
+    for i, layer in enumerate(unscanned.layers):
+        nnx.update(layer, jax.tree.map(lambda x: x[i], stacked))
+    for part in ("embed", "head"):
+        nnx.update(getattr(unscanned, part), nnx.state(getattr(scanned, part)))
+    return scanned, unscanned
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-mixtral"])
+def test_unscanned_layers_compute_what_the_scanned_stack_does(name):
+    """MaxText's scan_layers: false unrolls the same layers: the same logits and, under full remat with
+    the CSE barriers MaxText adds there (prevent_cse), the same gradients."""
+    scanned, unscanned = _unscanned_twin(name)
+    assert isinstance(unscanned.layers, nnx.List) and len(unscanned.layers) == scanned.cfg.num_layers
+    tokens = (jnp.arange(32, dtype=jnp.int32)[None] * 5) % 256
+    np.testing.assert_allclose(scanned(tokens), unscanned(tokens), rtol=1e-5, atol=1e-5)
+    policy = policies.resolve("full").jax_policy()
+
+    def loss(model, prevent_cse):
+        return jnp.mean(model(tokens, policy, prevent_cse=prevent_cse) ** 2)
+
+    g_scan = nnx.grad(lambda m: loss(m, False))(scanned)
+    g_unscan = nnx.grad(lambda m: loss(m, True))(unscanned)
+    for i in range(scanned.cfg.num_layers):
+        for a, b in zip(jax.tree.leaves(jax.tree.map(lambda x: x[i], nnx.state(g_scan.layers))),
+                        jax.tree.leaves(nnx.state(g_unscan.layers[i]))):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_maxtext_s_prevent_cse_rule():
+    """maxtext_utils.should_prevent_cse_in_remat: barriers for unscanned layers, except under gradient
+    accumulation on a GPU; never for a scanned stack."""
+    from companion import train
+
+    unscanned = models.config("tiny-llama", scan_layers=False)
+    assert train.trainer(unscanned, "full").prevent_cse
+    assert not train.trainer(unscanned, "full", state=train.StateConfig(gradient_accumulation_steps=2)).prevent_cse
+    assert not train.trainer("tiny-llama", "full").prevent_cse
+
+
+def test_mixtral_routes_as_maxtext_s_mixtral_block():
+    """Mixtral: softmax over the top-k logits, no balancing bias (only DeepSeek's sigmoid router has one)."""
+    cfg = models.config("mixtral-8x7b")
+    assert (cfg.moe.score_function, cfg.moe.shared_experts, cfg.moe.first_dense_layers) == ("softmax", 0, 0)
+    assert cfg.stacks() == (("layers", 32, True),) and cfg.mla is None
+    model = models.abstract("tiny-mixtral")
+    _, rest = nnx.split(model, nnx.Param, ...)[1:]
+    assert jax.tree.leaves(rest) == []  # no router bias
 
 
 def test_forward_is_causal():

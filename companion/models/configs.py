@@ -101,6 +101,9 @@ class ModelConfig:
     weight_dtype: str = "float32"
     dtype: str = "bfloat16"
     attention: str = "flash"
+    # MaxText's scan_layers: the decoder layers as one scanned stack (True), or unrolled, each layer its own
+    # parameters and its own remat (False: MaxText's prevent_cse rule, models.layers.apply_layers)
+    scan_layers: bool = True
     attention_chunk: int = 1024  # query block of the "chunked" attention
     flash_block: int = 512  # query/key block of the lab's flash kernel (cuDNN picks its own tiles)
 
@@ -115,6 +118,8 @@ class ModelConfig:
                 raise ValueError(f"{self.name}: {field} {getattr(self, field)!r} is not one of {', '.join(DTYPES)}")
         if self.attention not in ATTENTION_IMPLS:
             raise ValueError(f"{self.name}: attention {self.attention!r} is not one of {', '.join(ATTENTION_IMPLS)}")
+        if not isinstance(self.scan_layers, bool):
+            raise ValueError(f"{self.name}: scan_layers must be true or false, got {self.scan_layers!r}")
         for field in ("attention_chunk", "flash_block"):
             if getattr(self, field) < 1:
                 raise ValueError(f"{self.name}: {field} must be positive, got {getattr(self, field)}")
@@ -162,16 +167,23 @@ class ModelConfig:
     # ------------------------------------------------------------------ derived shapes
 
     @property
-    def family(self) -> str:
-        return "deepseek" if self.mla is not None or self.moe is not None else "llama"
-
-    @property
     def num_dense_layers(self) -> int:
         return self.moe.first_dense_layers if self.moe else self.num_layers
 
     @property
     def num_moe_layers(self) -> int:
         return self.num_layers - self.num_dense_layers
+
+    def stacks(self) -> tuple[tuple[str, int, bool], ...]:
+        """The scanned layer stacks as the models build them: (attribute, layers, routed). Llama-style
+        models (Llama, Mixtral) scan one stack of ``layers``, dense or all routed; DeepSeek scans its
+        first dense layers, then its MoE layers."""
+        if self.mla is None:
+            if self.moe is not None and self.moe.first_dense_layers:
+                raise ValueError(f"{self.name}: first dense layers need the DeepSeek model (MLA)")
+            return (("layers", self.num_layers, self.moe is not None),)
+        return tuple(s for s in (("dense_layers", self.num_dense_layers, False),
+                                 ("moe_layers", self.num_moe_layers, True)) if s[1])
 
     @property
     def weight_bytes(self) -> int:
@@ -199,7 +211,8 @@ class ModelConfig:
     def moe_params(self, active: bool = False) -> int:
         m = self.moe
         routed = m.experts_per_token if active else m.num_experts
-        return (routed + m.shared_experts) * self.expert_params() + self.d_model * m.num_experts + m.num_experts
+        bias = m.num_experts if m.score_function == "sigmoid" else 0  # DeepSeek's balancing bias
+        return (routed + m.shared_experts) * self.expert_params() + self.d_model * m.num_experts + bias
 
     def param_count(self, active: bool = False) -> int:
         """Parameters (``active``: those one token uses: top-k routed experts only)."""
@@ -236,6 +249,31 @@ CONFIGS: dict[str, ModelConfig] = {
                     moe=Moe(num_experts=8, experts_per_token=2, expert_mlp_dim=32, shared_experts=1,
                             first_dense_layers=1, routed_scaling_factor=2.5),
                     flash_block=16),
+        # MaxText's model configs (src/maxtext/configs/models/<name>.yml at AI-Hypercomputer/maxtext e591f30):
+        # base_emb_dim, base_num_decoder_layers, base_num_query_heads, base_num_kv_heads, head_dim, base_mlp_dim,
+        # vocab_size, rope_max_timescale (10000 where the file leaves it to base.yml); Mixtral's num_experts,
+        # num_experts_per_tok and base_moe_mlp_dim, its routing MaxText's default for the mixtral block
+        # (moe.py get_topk: top-k of the raw logits, softmax over the k), no shared experts
+        ModelConfig("llama2-7b", vocab_size=32000, d_model=4096, num_layers=32, num_heads=32, num_kv_heads=32,
+                    head_dim=128, mlp_dim=11008, rope=Rope(theta=10_000.0)),
+        ModelConfig("llama2-70b", vocab_size=32000, d_model=8192, num_layers=80, num_heads=64, num_kv_heads=8,
+                    head_dim=128, mlp_dim=28672, rope=Rope(theta=10_000.0)),
+        ModelConfig("llama3-8b", vocab_size=128256, d_model=4096, num_layers=32, num_heads=32, num_kv_heads=8,
+                    head_dim=128, mlp_dim=14336, rope=Rope(theta=500_000.0)),
+        ModelConfig("llama3-70b", vocab_size=128256, d_model=8192, num_layers=80, num_heads=64, num_kv_heads=8,
+                    head_dim=128, mlp_dim=28672, rope=Rope(theta=500_000.0)),
+        ModelConfig("mixtral-8x7b", vocab_size=32000, d_model=4096, num_layers=32, num_heads=32, num_kv_heads=8,
+                    head_dim=128, mlp_dim=14336, rope=Rope(theta=1_000_000.0),
+                    moe=Moe(num_experts=8, experts_per_token=2, expert_mlp_dim=14336, shared_experts=0,
+                            score_function="softmax")),
+        ModelConfig("mixtral-8x22b", vocab_size=32768, d_model=6144, num_layers=56, num_heads=48, num_kv_heads=8,
+                    head_dim=128, mlp_dim=16384, rope=Rope(theta=1_000_000.0),
+                    moe=Moe(num_experts=8, experts_per_token=2, expert_mlp_dim=16384, shared_experts=0,
+                            score_function="softmax")),
+        ModelConfig("tiny-mixtral", vocab_size=256, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                    head_dim=16, mlp_dim=32, rope=Rope(theta=10_000.0), flash_block=16,
+                    moe=Moe(num_experts=4, experts_per_token=2, expert_mlp_dim=32, shared_experts=0,
+                            score_function="softmax")),
         ModelConfig("llama3.1-8b", vocab_size=128256, d_model=4096, num_layers=32, num_heads=32, num_kv_heads=8,
                     head_dim=128, mlp_dim=14336, rope=_LLAMA31_ROPE),
         ModelConfig("llama3.1-70b", vocab_size=128256, d_model=8192, num_layers=80, num_heads=64, num_kv_heads=8,
@@ -251,9 +289,11 @@ CONFIGS: dict[str, ModelConfig] = {
     )
 }
 
-PUBLISHED_PARAMS = {"llama3.1-8b": 8.03e9, "llama3.1-70b": 70.6e9, "llama3.1-405b": 405.9e9,
-                    "deepseek-v3-671b": 671e9}
-PUBLISHED_ACTIVE_PARAMS = {"deepseek-v3-671b": 37e9}
+PUBLISHED_PARAMS = {"llama2-7b": 6.74e9, "llama2-70b": 68.98e9, "llama3-8b": 8.03e9, "llama3-70b": 70.55e9,
+                    "mixtral-8x7b": 46.7e9, "mixtral-8x22b": 140.6e9, "llama3.1-8b": 8.03e9, "llama3.1-70b": 70.6e9,
+                    "llama3.1-405b": 405.9e9, "deepseek-v3-671b": 671e9}
+# active per token: Mistral AI's model cards (12.9B of 46.7B, 39B of 141B), DeepSeek-V3's paper (37B)
+PUBLISHED_ACTIVE_PARAMS = {"mixtral-8x7b": 12.9e9, "mixtral-8x22b": 39.1e9, "deepseek-v3-671b": 37e9}
 
 
 def config(name: str | ModelConfig, **overrides) -> ModelConfig:

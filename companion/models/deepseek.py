@@ -10,7 +10,7 @@ from flax import nnx
 
 from ..sharding import AxisRules
 from .configs import ModelConfig
-from .layers import DecoderLayer, Embedding, LmHead, checkpoint_names, scan_layers, stack_layers
+from .layers import DecoderLayer, Embedding, LmHead, apply_layers, build_layers, checkpoint_names
 
 
 class DeepSeek(nnx.Module):
@@ -19,19 +19,20 @@ class DeepSeek(nnx.Module):
             raise ValueError(f"{cfg.name} has no MLA config: build it with models.Llama")
         self.cfg = cfg
         self.embed = Embedding(cfg, rngs, rules)
-        self.dense_layers = (stack_layers(lambda r: DecoderLayer(cfg, r, rules, routed=False),
-                                          cfg.num_dense_layers, rngs) if cfg.num_dense_layers else None)
-        self.moe_layers = (stack_layers(lambda r: DecoderLayer(cfg, r, rules, routed=True),
-                                        cfg.num_moe_layers, rngs) if cfg.num_moe_layers else None)
+        stacks = {name: build_layers(lambda r, routed=routed: DecoderLayer(cfg, r, rules, routed=routed), count, rngs,
+                                     cfg.scan_layers) for name, count, routed in cfg.stacks()}
+        self.dense_layers = stacks.get("dense_layers")  # None where the config has none
+        self.moe_layers = stacks.get("moe_layers")
         self.head = LmHead(cfg, rngs, rules)
 
     def checkpoint_names(self) -> frozenset[str]:
         return checkpoint_names(self.cfg)
 
-    def __call__(self, tokens: jax.Array, policy=None, params_on_host: bool = False) -> jax.Array:
+    def __call__(self, tokens: jax.Array, policy=None, params_on_host: bool = False,
+                 prevent_cse: bool = False) -> jax.Array:
         positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
         x = self.embed(tokens, params_on_host)
         for stack in (self.dense_layers, self.moe_layers):
             if stack is not None:
-                x = scan_layers(stack, x, positions, policy, params_on_host)
+                x = apply_layers(stack, x, positions, policy, params_on_host, prevent_cse)
         return self.head(x, params_on_host)

@@ -294,11 +294,7 @@ def parameter_specs(cfg: ModelConfig) -> list[ParamSpec]:
     """Every parameter of ``models.build(cfg)``, stacked layers with their leading "layers" axis."""
     w = cfg.weight_bytes
     specs = [ParamSpec("embed/table", (cfg.vocab_size, cfg.d_model), ("vocab", "embed"), w)]
-    stacks = [("layers", cfg.num_layers, False)] if cfg.mla is None else [
-        ("dense_layers", cfg.num_dense_layers, False), ("moe_layers", cfg.num_moe_layers, True)]
-    for stack, count, routed in stacks:
-        if not count:
-            continue
+    for stack, count, routed in cfg.stacks():
         for path, shape, axes, trainable in _layer_params(cfg, routed=routed):
             dtype = 4 if path.endswith(("router", "router_bias")) else w
             specs.append(ParamSpec(f"{stack}/{path}", (count, *shape), ("layers", *axes), dtype, trainable))

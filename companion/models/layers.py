@@ -342,6 +342,31 @@ def stack_layers(make, count: int, rngs: nnx.Rngs) -> nnx.Module:
     return layers
 
 
+def build_layers(make, count: int, rngs: nnx.Rngs, scanned: bool) -> nnx.Module:
+    """``count`` layers: stacked for ``lax.scan`` (``scanned``), or a list of separate layers, each with its own
+    parameters (MaxText's ``scan_layers: false``)."""
+    return stack_layers(make, count, rngs) if scanned else nnx.List([make(rngs) for _ in range(count)])
+
+
+def apply_layers(layers: nnx.Module, x: jax.Array, positions: jax.Array, policy=None, params_on_host: bool = False,
+                 prevent_cse: bool = False) -> jax.Array:
+    """Run a stack of layers: ``scan_layers`` for a stacked one; for a list (``scan_layers: false``) each layer in
+    turn, each its own ``jax.checkpoint`` with ``prevent_cse`` (MaxText's ``should_prevent_cse_in_remat``: on for
+    unscanned layers, off under gradient accumulation on a GPU; ``models/__init__.prevent_cse``)."""
+    if not isinstance(layers, nnx.List):
+        return scan_layers(layers, x, positions, policy, params_on_host, prevent_cse)
+    for layer in layers:
+        graphdef, state = nnx.split(layer)
+
+        def body(state, carry, graphdef=graphdef):
+            return nnx.merge(graphdef, on_device(state, params_on_host))(carry, positions)
+
+        if policy is not None:
+            body = jax.checkpoint(body, policy=policy, prevent_cse=prevent_cse)
+        x = body(state, x)
+    return x
+
+
 def on_device(tree, params_on_host: bool):
     """Bring parameters kept in pinned host memory to the device (MaxText's
     ``parameter_memory_host_offload``); a no-op when they live on the device."""
