@@ -7,9 +7,11 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 LOCK   := requirements/lock.txt
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)  # jupyter refuses root otherwise (containers)
+JOBS   ?= 2  # pytest-xdist workers: the suite is one core's work per compile, CI has two (each file stays on one)
+XDIST  := -n $(JOBS) --dist loadfile
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout 600
 
-.PHONY: lab test test-package test-notebooks test-browser notebooks benchmarks site lock clean
+.PHONY: setup lab test test-package test-notebooks test-browser notebooks benchmarks site lock clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,13 +26,13 @@ lab: $(STAMP)
 
 ## Every test: the package's pytest suite and nbval over the committed notebook outputs.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q tests notebooks $(NBVAL)
+	$(BIN)/python -m pytest -q $(XDIST) tests notebooks $(NBVAL)
 
 test-package: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q $(XDIST) tests
 
 test-notebooks: $(STAMP)
-	$(BIN)/python -m pytest -q notebooks $(NBVAL)
+	$(BIN)/python -m pytest -q $(XDIST) notebooks $(NBVAL)
 
 ## The widgets of notebooks 01-03 in headless Chromium (Debian's chromium + chromium-driver; .ci/run installs them).
 test-browser: $(STAMP)

@@ -85,6 +85,7 @@ import dataclasses
 import math
 from typing import Mapping
 
+from . import fit as fit_rule
 from . import flags as xla_flags
 from . import policies as policy_lib
 from .models import configs, flash
@@ -138,6 +139,7 @@ class Budget:
     # of the slop), Llama 3.1 405B's loop tail (256 H100) 4.1 % under. There "fits" is the heap's call.
     at_scheduler_limit: bool = False
     uncalibrated: str = ""  # why the lab cannot stand behind this estimate ("": it can; UNCALIBRATED)
+    host_limit_bytes: int | None = None  # pinned host bytes a GPU may hold (``fit.host_limit_bytes``; None: unchecked)
 
     def phase_terms(self, phase: str) -> tuple[Term, ...]:
         """The transient terms of a phase: "loss", "layer backward", "backward end", "optimizer update"
@@ -181,8 +183,17 @@ class Budget:
         return temp > limit
 
     @property
+    def fit(self):
+        """The fits rule (``companion.fit``): device peak against usable HBM, pinned host bytes against the
+        host RAM behind the GPU (None without a target)."""
+        if self.hbm_bytes is None:
+            return None
+        host_limit = self.host_limit_bytes if self.host_limit_bytes is not None else max(self.host_bytes, 0)
+        return fit_rule.Fit(self.device_bytes, self.usable_hbm_bytes, self.host_bytes, host_limit)
+
+    @property
     def fits(self) -> bool | None:
-        return None if self.hbm_bytes is None else self.device_bytes <= self.usable_hbm_bytes
+        return None if self.fit is None else self.fit.fits
 
     @property
     def margin_bytes(self) -> int | None:
@@ -201,6 +212,7 @@ class Budget:
                 "mesh": dict(self.mesh), "device_bytes": self.device_bytes, "host_bytes": self.host_bytes,
                 "hbm_bytes": self.hbm_bytes, "mem_fraction": self.mem_fraction,
                 "usable_hbm_bytes": self.usable_hbm_bytes, "fits": self.fits, "margin_bytes": self.margin_bytes,
+                "host_limit_bytes": self.host_limit_bytes, "fit": self.fit.to_dict() if self.fit else None,
                 "xla_memory_limit_bytes": self.xla_memory_limit_bytes, "over_scheduler_limit": self.over_scheduler_limit,
                 "at_scheduler_limit": self.at_scheduler_limit, "uncalibrated": self.uncalibrated,
                 "peak_phase": self.peak_phase, "recompute_flops": self.recompute_flops,
@@ -215,10 +227,14 @@ class Budget:
                 lines.append(f"  {t.bytes / GiB:9.3f} GiB  {t.space:6} {t.kind:10} {t.label:38} {t.formula}")
         lines.append(f"  {self.device_bytes / GiB:9.3f} GiB  device total" + (
             f"   (usable HBM {self.usable_hbm_bytes / GiB:.1f} GiB = {self.mem_fraction:.2f} x "
-            f"{self.hbm_bytes / GiB:.1f}: " + ("fits" if self.fits else f"over by {-self.margin_bytes / GiB:.2f} GiB")
+            f"{self.hbm_bytes / GiB:.1f}: " + ("fits" if self.fit.fits_device else f"over by {-self.margin_bytes / GiB:.2f} GiB")
             + ("; at the scheduler's limit, where XLA's heap packing decides: compile to check)"
                if self.at_scheduler_limit else ")") if self.hbm_bytes else ""))
-        lines.append(f"  {self.host_bytes / GiB:9.3f} GiB  host total")
+        lines.append(f"  {self.host_bytes / GiB:9.3f} GiB  host total" + (
+            "" if self.host_limit_bytes is None else
+            f"   (host limit {self.host_limit_bytes / GiB:.1f} GiB per GPU: "
+            + ("fits" if self.fit.fits_host else "does not fit host RAM, over by "
+               f"{(self.host_bytes - self.host_limit_bytes) / GiB:.1f} GiB") + ")"))
         if self.uncalibrated:
             lines.append(f"  not calibrated: {self.uncalibrated}")
         lines.append(f"  recompute adds {self.recompute_flops / 1e12:.2f} TFLOP per device per step "
@@ -454,7 +470,8 @@ def estimate(model: ModelConfig | str, batch: int, seq: int, policy="full",
     return Budget(cfg.name, batch, seq, pol.name, mesh, tuple(peak_terms + phases[peak_phase]), peak_phase,
                   n_acc * recompute_flops, n_acc * (step_flops + 3 * flops_head), hbm_bytes,
                   tuple(t for name, ts in phases.items() if name != peak_phase for t in ts), mem_fraction,
-                  {name: tuple(ts) for name, ts in phases.items()}, peak_phase in filled, _uncalibrated(cfg, mesh))
+                  {name: tuple(ts) for name, ts in phases.items()}, peak_phase in filled, _uncalibrated(cfg, mesh),
+                  fit_rule.host_limit_bytes(target) if target is not None else None)
 
 
 # Steps the budget's rules were not measured on, with what the compiles showed (benchmarks/results/budget.json):

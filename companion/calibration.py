@@ -113,7 +113,16 @@ def compile_stack(step: StepMeasurement, target: targets.Target):
 
 def calibrate(source, *, compile_fn: Callable[[StepMeasurement, targets.Target], Any] = compile_stack,
               cost_model: schedule.CostModel = schedule.CostModel()) -> Calibration:
-    """Simulated against measured, per configuration of a harness file (see the module docstring)."""
+    """Simulated against measured, per configuration of a harness file (see the module docstring).
+
+    When a GPU machine is lent, run first, as one short script (the harness's own ``--help``):
+
+        pip install -e ".[gpu]" && python benchmarks/gpu/harness.py --layers 4 --repeats 5 --out gpu.json
+
+    (link bandwidth alone and all at once, four policies with and without pipelining, peaks, the
+    #46231 gradient check: a few minutes on one 8-GPU host), then ``calibrate("gpu.json")`` anywhere.
+    Until such a file exists, the simulator's error is the published runs' (``companion.published``,
+    ``benchmarks/bench_calibration.py``)."""
     m = source if isinstance(source, Measurements) else load(source)
     comparisons = []
     assumed = {}

@@ -79,7 +79,8 @@ def _compare(args) -> int:
     runs = experiments.run(compile_fn, sets, link=args.link)
     rows = experiments.rows(runs)
     if args.json:
-        print(json.dumps([{**row, "xla_flags": run.flag_set.xla_flags(), "simulation": run.simulation.to_dict()}
+        print(json.dumps([{**row, "xla_flags": run.flag_set.xla_flags(), "simulation": run.simulation.to_dict(),
+                           **run.sweep.to_dict()}
                           for row, run in zip(rows, runs)], indent=1))
     else:
         for row in rows:
@@ -144,14 +145,30 @@ def _maxtext_run(args):
     return run
 
 
+MAX_BATCH = "max"  # --batch max
+
+
+def _batch(text: str):
+    """``--batch``: a whole number of sequences, or ``max``."""
+    if text.strip().lower() == MAX_BATCH:
+        return MAX_BATCH
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of sequences, or max") from None
+
+
 def _step_inputs(args):
     """Validated (model config, target, full mesh, flag set, state) of a ``compile``/``budget``
     command line, or of its ``--maxtext-config``."""
-    from . import models, sharding
+    from . import models, plan, sharding
 
     run = _maxtext_run(args)
+    if args.batch == MAX_BATCH and (run is not None or _needs_fraction(args)):
+        raise ValueError("--batch max searches the batch at a given memory fraction for --model: not with "
+                         "--maxtext-config or --mem-fraction needed")
     for name in ("batch", "seq"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) != MAX_BATCH and getattr(args, name) < 1:
             raise ValueError(f"--{name} must be positive, got {getattr(args, name)}")
     if args.gpus is not None and args.gpus < 1:
         raise ValueError(f"--gpus must be positive, got {args.gpus}")
@@ -176,6 +193,10 @@ def _step_inputs(args):
         return run.config(), target, run.mesh(target.num_devices, target.topology.gpus_per_host), flag_set, run.state
     state = StateConfig(gradient_accumulation_steps=args.grad_accum, optimizer_memory_host_offload=args.offload_optimizer,
                         parameter_memory_host_offload=args.offload_params)
+    if args.mesh is None and cfg.moe is not None:
+        mesh, why = plan.default_mesh(cfg, target)
+        args.mesh_note = why
+        return cfg, target, mesh, flag_set, state
     return cfg, target, sharding.parse_mesh(args.mesh, target.num_devices), flag_set, state
 
 
@@ -202,11 +223,13 @@ def _maxtext_out(args, cfg, target, mesh, flag_set, state, host_bytes: int) -> d
         values = maxtext.overrides(cfg, args.policy, args.batch, args.seq, mesh, target.num_devices,
                                    target.topology.gpus_per_host, state)
         exported = xla_flags.export(flag_set, mem_fraction=target.mem_fraction,
-                                    host_pool_gib=targets.host_pool_gib(host_bytes) if host_bytes else None)
+                                    host_pool_gib=targets.host_pool_gib(host_bytes) if host_bytes else None,
+                                    offloads=bool(host_bytes))
         env = {**exported["env"], "XLA_FLAGS": exported["XLA_FLAGS"]}
         Path(args.maxtext_yaml).write_text(maxtext.to_yaml(values))
         out.update({"yaml": args.maxtext_yaml, "overrides": values, "environment": env,
-                    "command_line": maxtext.command_line(values, env)})
+                    "command_line": maxtext.command_line(values, env), "jaxlib": exported["jaxlib"],
+                    "caveats": exported["caveats"]})
     return out
 
 
@@ -214,7 +237,10 @@ def _print_maxtext(out: dict) -> None:
     if out.get("not_modelled"):
         print(f"MaxText keys the lab does not model: {', '.join(out['not_modelled'])}")
     if "command_line" in out:
-        print(f"MaxText overrides written to {out['yaml']}; to run it:\n{out['command_line']}")
+        print(f"MaxText overrides written to {out['yaml']}; to run it (flags for jaxlib {out['jaxlib']}):\n"
+              f"{out['command_line']}")
+        for c in out["caveats"]:
+            print(f"CAVEAT {c['key']}: {c['risk']} Workaround: {c['workaround']} Check: {c['check']}")
 
 
 def _compiled(args):
@@ -224,7 +250,15 @@ def _compiled(args):
     cfg, target, mesh, flag_set, state = _step_inputs(args)
     trainer = train.trainer(cfg, args.policy, state=state)
     args.fraction_needed = None
-    if _needs_fraction(args):  # compiles at the budget's guess and one step below, or more
+    if args.batch == MAX_BATCH:  # the budget's guess, compiled at it and one step further
+        from . import plan
+
+        args.batch_max = plan.largest_batch(cfg, target, args.seq, args.policy, mesh, state, flag_set)
+        if not args.batch_max.batch:
+            raise ValueError(args.batch_max.summary())
+        args.batch = args.batch_max.batch
+        report = args.batch_max.report
+    elif _needs_fraction(args):  # compiles at the budget's guess and one step below, or more
         from . import fraction
 
         args.fraction_needed = fraction.needed(cfg, target, args.batch, args.seq, args.policy, mesh, state, flag_set)
@@ -259,7 +293,7 @@ def _compile(args) -> int:
     out = {"model": cfg.name, "policy": trainer.policy.name, "batch": args.batch, "seq": args.seq,
            "params": cfg.param_count(), "attention": cfg.attention,
            **{k: v.to_dict() for k, v in moe.items()},
-           "state": dataclasses.asdict(state), **report.to_dict(), **_fraction_out(args),
+           "state": dataclasses.asdict(state), **report.to_dict(), **_fraction_out(args), **_choices_out(args),
            **({"maxtext": args.maxtext_out} if args.maxtext_out else {})}
     if args.json:
         print(json.dumps(out, indent=1))
@@ -270,6 +304,13 @@ def _compile(args) -> int:
         _print_fraction(args)
         _print_maxtext(args.maxtext_out)
     return 0
+
+
+def _choices_out(args) -> dict:
+    """``_choices`` for the JSON: the mesh note and ``--batch max``'s search."""
+    largest = getattr(args, "batch_max", None)
+    return {**({"mesh_note": args.mesh_note} if getattr(args, "mesh_note", None) else {}),
+            **({"batch_max": largest if isinstance(largest, int) else largest.to_dict()} if largest else {})}
 
 
 def _fraction_out(args) -> dict:
@@ -284,24 +325,46 @@ def _print_fraction(args) -> None:
 
 
 def _print_notes(args, flag_set) -> None:
-    """What the lab read differently from the run as written: MaxText's own rejections, the flags left out."""
+    """What the lab read differently from the run as written: MaxText's own rejections, the flags left out,
+    the mesh it chose, the batch ``--batch max`` found."""
     run = getattr(args, "maxtext_run", None)
-    for note in (*(run.notes if run is not None else ()), *flag_set.notes):
+    for note in (*(run.notes if run is not None else ()), *flag_set.notes, *_choices(args)):
         print(f"note: {note}")
 
 
+def _choices(args) -> list[str]:
+    """What the lab chose where the command line left it open."""
+    out = [getattr(args, "mesh_note", None)]
+    largest = getattr(args, "batch_max", None)
+    out.append(largest.summary() if largest is not None and not isinstance(largest, int) else
+               f"--batch max: B={largest} by the budget (no compile; `compile --batch max` confirms it)"
+               if largest else None)
+    return [n for n in out if n]
+
+
 def _simulate(args) -> int:
-    from . import schedule
+    from . import bands, schedule
 
     link = targets.host_link(args.link) if args.link else None  # a bad key fails before the compile
+    if args.against:
+        from . import policies
+
+        policies.resolve(args.against)  # likewise a bad policy
     cfg, trainer, state, report = _compiled(args)
     sim = schedule.simulate(report, link=link)
+    swept = bands.sweep(report, link=link)
+    ranking = None
+    if args.against:  # the same step under another policy, ranked sample by sample
+        _, other, _, other_report = _compiled(argparse.Namespace(**{**vars(args), "policy": args.against}))
+        ranking = bands.rank(swept, bands.sweep(other_report, link=link), (trainer.policy.name, other.policy.name))
     moe = _moe(cfg, args.batch, args.seq, report.mesh)
     if args.json:
         out = {"model": cfg.name, "policy": trainer.policy.name, "batch": args.batch, "seq": args.seq,
-               "pipelined": bool(report.flags.get(PIPELINED_FLAG, False)), **sim.to_dict(),
+               "pipelined": bool(report.flags.get(PIPELINED_FLAG, False)), **sim.to_dict(), **swept.to_dict(),
+               **({"ranking": ranking.to_dict() | {"summary": ranking.summary()}} if ranking else {}),
                **{k: v.to_dict() for k, v in moe.items()},
                "fits": report.fits, "usable_hbm_bytes": report.usable_hbm_bytes, **_fraction_out(args),
+               **_choices_out(args),
                "flag_set": report.flag_set.to_dict(), "offload_checks": report.offload.checks.to_dict()}
         print(json.dumps(out, indent=1))
     else:
@@ -310,6 +373,9 @@ def _simulate(args) -> int:
         _print_moe(moe)
         _print_fraction(args)
         print(sim.summary())
+        print(swept.summary())
+        if ranking:
+            print(ranking.summary())
     return 0
 
 
@@ -344,6 +410,12 @@ def _budget(args) -> int:
 
     cfg, target, mesh, flag_set, state = _step_inputs(args)
     policy = policies.resolve(args.policy, emitted=models.checkpoint_names(cfg))
+    if args.batch == MAX_BATCH:
+        from . import plan
+
+        args.batch = args.batch_max = plan.budget_largest_batch(cfg, target, args.seq, policy, mesh, state, flag_set)
+        if not args.batch:
+            raise ValueError(f"--batch max: not even one sequence per batch shard fits {target.name} by the budget")
     smallest = None
     if _needs_fraction(args):  # the budget's answer alone: a first guess that `compile` confirms
         from . import fraction
@@ -356,7 +428,7 @@ def _budget(args) -> int:
     if args.json:
         out = {"target": target.name, "num_devices": target.num_devices, **result.to_dict(),
                **{k: v.to_dict() for k, v in moe.items()},
-               "flag_set": flag_set.to_dict(), **({"maxtext": mx} if mx else {}),
+               "flag_set": flag_set.to_dict(), **({"maxtext": mx} if mx else {}), **_choices_out(args),
                **({"budget_fraction": smallest} if _needs_fraction(args) else {})}
         if policy.offloads:
             out["offload"] = {"checks": {"verdict": "not compiled", "note": "the memcpy-descriptor check needs the "
@@ -409,8 +481,12 @@ def _plan(args) -> int:
         if mesh is not None:
             mesh = sharding.parse_mesh(mesh, target.num_devices)
     progress = None if args.json else (lambda line: print(line, file=sys.stderr, flush=True))
+    if args.margin_gib < 0:
+        raise ValueError(f"--margin-gib must be >= 0, got {args.margin_gib}")
+    margin = dataclasses.replace(plan.PLAN_MARGIN, bytes=int(args.margin_gib * targets.GiB))
     result = plan.plan(cfg, target, seq, mesh, global_batch=args.global_batch, host_pool_gib=args.host_pool_gib,
-                       max_compiles=args.max_compiles, flags=flag_set, progress=progress)
+                       max_compiles=args.max_compiles, flags=flag_set, progress=progress, margin=margin,
+                       processes_per_node=args.processes_per_node, for_jaxlib=args.for_jaxlib)
     if args.maxtext_yaml:
         Path(args.maxtext_yaml).write_text(result.yaml())
     if args.json:
@@ -435,7 +511,9 @@ def _add_step_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="h100", help="GPU key (h100, h200, gh200, b200, gb200) or GPU:TOPOLOGY (h100:8x8)")
     p.add_argument("--gpus", type=int, default=None, help="number of GPUs (whole hosts); default: the GPU's usual system")
     p.add_argument("--mesh", default=None, help="mesh axes, e.g. fsdp=64 or fsdp=8,tensor=8 (one may be -1)")
-    p.add_argument("--batch", type=int, help="global batch B (sequences per step)")
+    p.add_argument("--batch", type=_batch, help="global batch B (sequences per step), or max: the largest that fits "
+                                                "device and host (budget: the budget's answer; compile and simulate: "
+                                                "confirmed by compiling at it and one step further)")
     p.add_argument("--seq", type=int, help="sequence length S")
     p.add_argument("--policy", default="full", help="a MaxText remat_policy preset or a custom .json spec")
     p.add_argument("--attention", choices=models_configs.ATTENTION_IMPLS, default=None,
@@ -514,6 +592,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pipelined host offloading (--xla_gpu_enable_pipelined_host_offloading=true)")
     p.add_argument("--link", default=None, help="price host transfers on this host link instead of the GPU's own "
                                                 "(a what-if): " + ", ".join(targets.HOST_LINKS))
+    p.add_argument("--against", metavar="POLICY", default=None,
+                   help="also compile the step under POLICY and rank the two by tokens/s over the simulator's "
+                        "constants' measured spread (a tie where the ranking flips inside it)")
     p.set_defaults(run=_simulate)
     p = sub.add_parser("plan", help="search remat/offload per tensor, batch, pipelined offload and the state levers "
                                     "for the most simulated throughput that fits; export it for MaxText")
@@ -528,11 +609,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--global-batch", type=int, default=None,
                    help="fix the global batch (the planner then chooses gradient accumulation); default: the largest "
                         "each candidate fits")
-    p.add_argument("--objective", default="throughput", help="what to maximize: throughput (simulated TFLOP/s per GPU)")
+    p.add_argument("--objective", default="throughput",
+                   help="what to maximize: throughput (simulated tokens/s per GPU)")
     p.add_argument("--host-pool-gib", type=int, default=None,
                    help="the pinned host pool per GPU you will set (XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB); default: the "
                         "plan sizes it, up to 75 %% of the host RAM behind each GPU")
     p.add_argument("--max-compiles", type=int, default=4, help="finalists to compile and simulate (default 4)")
+    p.add_argument("--margin-gib", type=float, default=1.5,
+                   help="device headroom the compiled peak must leave: the larger of this and 2 %% of usable HBM "
+                        "(default 1.5)")
+    p.add_argument("--processes-per-node", type=int, default=1,
+                   help="the launcher layout the export states: 1 (MaxText's gpu_multi_process_run.sh, default) to "
+                        "one per GPU")
+    p.add_argument("--for-jaxlib", default=None, metavar="VERSION",
+                   help="spell the exported XLA flags for this jaxlib (default: 0.10.2, the lab's)")
     p.add_argument("--mem-fraction", type=float, default=targets.DEFAULT_MEM_FRACTION,
                    help="XLA_PYTHON_CLIENT_MEM_FRACTION (default 0.75)")
     p.add_argument("--xla-flags", default=None, help="the flag set to plan under (default maxtext_gpu); the planner "
@@ -572,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     try:
         return args.run(args)
-    except (ValueError, OSError) as err:
+    except (ValueError, OSError, MemoryError) as err:
         print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
         return 1
 

@@ -37,6 +37,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from . import descriptors
+from . import fit as fit_rule
 from . import dump as xla_dump
 from . import flags as xla_flags
 from . import hlo, stderr
@@ -299,6 +300,14 @@ class CompileReport:
     compiler_log: str = dataclasses.field(default="", repr=False)
     dump: xla_dump.XlaDump | None = dataclasses.field(default=None, repr=False)
     workload: Workload | None = None  # set by the lab's step compiles (train.compile_step / compile_layer_stack)
+    host_limit_bytes: int | None = None  # pinned host bytes a GPU may hold (``fit.host_limit_bytes``)
+
+    @property
+    def fit(self):
+        """The fits rule (``companion.fit``): the compiled device peak against usable HBM, the pinned host
+        bytes against the host RAM behind the GPU."""
+        limit = self.host_limit_bytes if self.host_limit_bytes is not None else self.host.total_bytes
+        return fit_rule.Fit(self.device.peak_bytes, self.usable_hbm_bytes, self.host.total_bytes, limit)
 
     @property
     def flags(self) -> dict[str, Any]:
@@ -316,7 +325,7 @@ class CompileReport:
 
     @property
     def fits(self) -> bool:
-        return self.margin_bytes >= 0
+        return self.fit.fits
 
     @property
     def scheduler_limit_bytes(self) -> int:
@@ -392,8 +401,9 @@ class CompileReport:
             + (f" ({self.flops.recompute / 1e12:.2f} recomputed)" if self.flops.recompute else ""),
             f"  HBM     {self.usable_hbm_bytes / gib:.1f} GiB usable ({self.mem_fraction:.2f} of "
             f"{self.hbm_bytes / gib:.1f} GiB): " + (
-                f"fits with {self.margin_bytes / gib:.2f} GiB to spare" if self.fits
-                else f"does NOT fit, over by {-self.margin_bytes / gib:.2f} GiB"),
+                f"fits with {self.margin_bytes / gib:.2f} GiB to spare" if self.margin_bytes >= 0
+                else f"does NOT fit, over by {-self.margin_bytes / gib:.2f} GiB")
+            + ("" if self.fit.fits_host else f"; {self.fit.reason().split('; ')[-1].removeprefix('does not fit: ')}"),
             f"  flags   {self.flag_set.describe()}",
         ]
         checks = self.offload.checks
@@ -592,6 +602,7 @@ def _report(compiled, placement: Placement, seconds: float, flag_set: xla_flags.
         compiler_log=log,
         dump=xla_dump.read(Path(dump_dir)) if dump_dir else None,
         workload=workload,
+        host_limit_bytes=fit_rule.host_limit_bytes(target),
     )
     report.__dict__["module"] = module  # the cached property's value: parsing a 671B module takes a second
     return report

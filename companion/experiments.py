@@ -4,8 +4,10 @@
 e.g. a layer stack or a train step), replays each schedule with ``companion.schedule`` and returns
 one ``FlagRun`` per set: device peak, host bytes, counted FLOPs, the async host transfers and how
 many of them XLA put enough compute under, collectives, the simulated step and its exposed time,
-compile seconds — and the flags that differ from the first set (the baseline). Nothing is cached
-on disk: a notebook keeps the runs it made in memory.
+compile seconds — and the flags that differ from the first set (the baseline). Each run is also
+re-priced over the simulator's constants' measured spread (``bands.sweep``), so ``rows`` ranks it
+against the baseline with the paired band: a tie where the ranking flips inside the sweep. Nothing is
+cached on disk: a notebook keeps the runs it made in memory.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Collection, Mapping
 
+from . import bands, schedule
 from . import flags as xla_flags
-from . import schedule
 from .targets import HostLink
 
 GiB = 2**30
@@ -31,6 +33,7 @@ class FlagRun:
     report: Any  # compiler.CompileReport
     simulator: schedule.Simulator
     simulation: schedule.StepSimulation
+    sweep: bands.Sweep
 
     @property
     def cover(self) -> dict[str, dict[str, float]]:
@@ -49,7 +52,8 @@ class FlagRun:
         return " ".join(f"{k}={xla_flags.format_value(v) if v is not None else '(default)'}"
                         for k, v in self.changed.items()) or "(baseline)"
 
-    def row(self) -> dict[str, Any]:
+    def row(self, baseline: "FlagRun | None" = None) -> dict[str, Any]:
+        """The run's table row; against ``baseline``, its tokens/s ratio with the paired band (or a tie)."""
         r, s = self.report, self.simulation
         cover = self.cover
         transfers = sum(c["transfers"] for c in cover.values())
@@ -63,6 +67,8 @@ class FlagRun:
             "host transfers (covered)": f"{transfers} ({covered})",
             "collectives": sum(r.collectives.counts.values()),
             "step ms": round(s.step_seconds * 1e3, 1),
+            "vs baseline": ("-" if baseline is None or baseline is self
+                            else bands.rank(self.sweep, baseline.sweep, (self.label, baseline.label)).short()),
             "exposed transfers ms": round(s.exposed_transfer_seconds * 1e3, 1),
             "exposed collectives ms": round(s.exposed_collective_seconds * 1e3, 1),
             "compile": f"{r.compile_seconds:.1f} s (wall clock)",
@@ -84,9 +90,10 @@ def run(compile_fn: Callable[..., Any], flag_sets: Mapping[str, Any], *, link: H
         report = compile_fn(flag_set, dump=True) if label in dump else compile_fn(flag_set)
         sim = schedule.prepare(report, cost_model=cost_model)
         runs.append(FlagRun(label, flag_set, xla_flags.differences(base, flag_set), base.preset, report, sim,
-                            sim.run(link)))
+                            sim.run(link), bands.sweep(report, link=link)))
     return runs
 
 
 def rows(runs: list[FlagRun]) -> list[dict[str, Any]]:
-    return [r.row() for r in runs]
+    """Table rows, each ranked against the first run (the baseline)."""
+    return [r.row(runs[0]) for r in runs]

@@ -90,8 +90,9 @@ class Fit:
                         + (f" (after a {gib(self.margin_bytes)} margin)" if self.margin_bytes else "")
                         + f" by {gib(self.device_bytes - self.device_limit_bytes)}")
         if not self.fits_host:
-            over.append(f"pinned host {gib(self.host_bytes)} is over the host limit {gib(self.host_limit_bytes)} "
-                        f"by {gib(self.host_bytes - self.host_limit_bytes)}")
+            over.append(f"does not fit host RAM: pinned host {gib(self.host_bytes)} per GPU is over its host limit "
+                        f"{gib(self.host_limit_bytes)} (the pinned pool, or {HOST_RAM_SHARE:.0%} of the RAM behind "
+                        f"the GPU) by {gib(self.host_bytes - self.host_limit_bytes)}")
         return "does not fit: " + "; ".join(over)
 
     def to_dict(self) -> dict:

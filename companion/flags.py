@@ -539,14 +539,20 @@ def differences(base: FlagSet, other: FlagSet) -> dict[str, Any]:
 
 
 def export(flag_set: FlagSet, *, mem_fraction: float | None = None, host_pool_gib: int | None = None,
-           optimization_level: str | None = None) -> dict[str, Any]:
+           optimization_level: str | None = None, offloads: bool = False,
+           for_jaxlib: str | None = None) -> dict[str, Any]:
     """A flag set as a user pastes it: the ``XLA_FLAGS`` string, the same as per-compile
     ``compiler_options``, and the environment variables that go with it (each validated):
     ``XLA_PYTHON_CLIENT_MEM_FRACTION`` (JAX's allocator share of HBM), ``XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB``
     (the pinned host pool, whole GiB) and ``JAX_OPTIMIZATION_LEVEL`` (at jaxlib 0.10.2, O1 turns on the
     latency-hiding scheduler, pipelined collectives and the speed-of-light estimator — not pipelined host
-    offload, which is flag-only since openxla/xla #37979)."""
-    from . import targets
+    offload, which is flag-only since openxla/xla #37979).
+
+    It names the jaxlib its spellings are for (``jaxlib``) and carries the known correctness caveats of
+    a step that offloads (``offloads``) or pipelines host offloading (``caveats``, ``companion.caveats``).
+    ``for_jaxlib``: spell the flags for another jaxlib — newer ones get the spellings MaxText's recipes use
+    (``RENAMED`` reversed), unvalidated against that jaxlib's own table, and say so; older ones are refused."""
+    from . import caveats, targets
 
     env = {}
     if mem_fraction is not None:
@@ -562,7 +568,41 @@ def export(flag_set: FlagSet, *, mem_fraction: float | None = None, host_pool_gi
             raise ValueError(f"unknown JAX optimization level {optimization_level!r}; choose one of: "
                              f"{', '.join(OPTIMIZATION_LEVELS)}")
         env["JAX_OPTIMIZATION_LEVEL"] = optimization_level
-    xla = flag_set.xla_flags()
+    xla, jaxlib, notes = _spelled_for(flag_set, for_jaxlib or KNOWN_JAXLIB)
     shell = " ".join(f"{k}={v}" for k, v in env.items())
+    pipelined = bool(flag_set.flags.get(PIPELINED_HOST_OFFLOADING, False))
     return {"XLA_FLAGS": xla, "compiler_options": flag_set.compiler_options(), "env": env,
-            "shell": f'{shell} XLA_FLAGS="{xla}"'.strip()}
+            "shell": f'{shell} XLA_FLAGS="{xla}"'.strip(), "jaxlib": jaxlib, "notes": notes,
+            "caveats": [c.to_dict() for c in caveats.applying(offloads, pipelined)]}
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = re.findall(r"\d+", str(text))
+    if len(parts) < 2:
+        raise ValueError(f"bad jaxlib version {text!r}: give it as MAJOR.MINOR.PATCH, e.g. {KNOWN_JAXLIB}")
+    return tuple(int(p) for p in parts[:3])
+
+
+def _spelled_for(flag_set: FlagSet, jaxlib: str) -> tuple[str, str, list[str]]:
+    """(``XLA_FLAGS``, the jaxlib it is spelled for, notes) — see ``export``."""
+    wanted, known = _version(jaxlib), _version(KNOWN_JAXLIB)
+    if wanted == known:
+        return flag_set.xla_flags(), KNOWN_JAXLIB, []
+    if wanted < known:
+        raise ValueError(f"--for-jaxlib {jaxlib}: the lab's flag table is jaxlib {KNOWN_JAXLIB}'s and cannot vouch "
+                         f"for an older XLA's flags; choose {KNOWN_JAXLIB} or newer")
+    newer = {old: new for new, old in ((n, RENAMED[n]("on")[0]) for n in RENAMED)}
+    flags = {}
+    for name, value in flag_set.flags.items():
+        if name in newer and isinstance(value, bool):
+            flags[newer[name]] = "on" if value else "off"
+        else:
+            flags[name] = value
+    text = " ".join(f"--{name}={shlex.quote(format_value(value))}" for name, value in flags.items()
+                    if name != JAX_OPTIMIZATION_LEVEL)  # not parse(): these spellings are the newer jaxlib's
+    renamed = sorted(set(newer) & set(flag_set.flags))
+    notes = [f"spelled for jaxlib {jaxlib}: {', '.join(renamed) or 'no flag'} renamed as MaxText's recipes spell them "
+             f"(since 2026-08-06); the rest as jaxlib {KNOWN_JAXLIB} knows them, not checked against jaxlib {jaxlib}'s "
+             "own flag table (run `python -c \"import jax; jax.devices()\"` with these XLA_FLAGS to check: XLA "
+             "aborts on a flag it does not know)"]
+    return text, jaxlib, notes

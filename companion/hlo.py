@@ -902,9 +902,14 @@ def op_costs(module: HloModule, host_transfers: set[str] | None = None,
     return costs
 
 
+_IN_PLACE = ("slice", "dynamic-slice", "dynamic-update-slice", "scatter")  # ops that touch part of operand 0
+
+
 def _hbm_bytes(module: HloModule, instr: Instruction) -> int:
     """HBM bytes an op reads and writes: its device operands and result, except that a buffer it
-    only slices (slice, dynamic-slice) or updates in place (dynamic-update-slice) costs just the slice."""
+    only slices (slice, dynamic-slice) or updates in place (dynamic-update-slice; a scatter, whose
+    operand XLA's GPU emitter updates in its output buffer) costs just the slice, or the scattered rows
+    read and written."""
     operands = module.operand_shapes(instr)
     sizes = [sum(a.bytes for a in flatten_shape(s) if not a.on_host) for s in operands]
     result = 0 if instr.opcode.endswith("-start") else sum(a.bytes for a in flatten_shape(instr.shape) if not a.on_host)
@@ -926,15 +931,23 @@ def _hbm_bytes(module: HloModule, instr: Instruction) -> int:
     for name, index in params.items():
         pairs = final_uses(name)
         uses = [u for _, u in pairs]
-        if uses and 0 <= index < len(sizes) and all(u.opcode in ("slice", "dynamic-slice", "dynamic-update-slice")
-                                                   and u.operands and u.operands[0] == v for v, u in pairs):
+        if uses and 0 <= index < len(sizes) and all(u.opcode in _IN_PLACE and u.operands and u.operands[0] == v
+                                                   for v, u in pairs):
             sliced = 0
             for u in uses:
                 if u.opcode in ("slice", "dynamic-slice"):
                     sliced += u.shape.bytes
-                else:  # in place: the buffer is not read and, as the output, only the update is written
+                elif u.opcode == "dynamic-update-slice":  # not read; as the output only the update is written
                     update = comp.by_name.get(u.operands[1])
                     if u.is_root:
                         result -= u.shape.bytes - (update.shape.bytes if update is not None else 0)
+                elif len(u.operands) == 3 and not isinstance(u.shape, TupleShape):  # scatter: rows read and written
+                    update = comp.by_name.get(u.operands[2])
+                    touched = update.shape.bytes if update is not None and not isinstance(update.shape, TupleShape) else 0
+                    sliced += touched
+                    if u.is_root:
+                        result -= u.shape.bytes - touched
+                else:  # a variadic scatter: priced whole
+                    sliced += sizes[index]
             sizes[index] = sliced
     return sum(sizes) + max(result, 0)

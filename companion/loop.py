@@ -90,10 +90,59 @@ def _batch(cfg, batch: int, seq: int, step: int, mesh: Mesh) -> dict:
     return {k: _global(np.asarray(v), sharding) for k, v in tokens.items()}
 
 
+# Of the RAM this machine has available, what a run may plan to use (the rest: the interpreter, XLA's
+# compile, the data): an assumption
+RAM_SHARE = 0.8
+
+
+def host_bytes_needed(config: RunConfig, num_devices: int) -> int:
+    """Host RAM a run on this machine's (CPU) devices needs: every device's step as the budget counts it
+    (parameters, gradients, optimizer state, activations at the peak; on a CPU all of it is host RAM),
+    and the initial state built once on the host before it is placed."""
+    from . import budget
+
+    cfg = models.config(config.model)
+    state = 16 * cfg.param_count()  # fp32 parameters, gradients and two Adam moments
+    try:
+        b = budget.estimate(cfg, config.batch, config.seq, config.policy, {"fsdp": num_devices})
+        step = num_devices * (b.device_bytes + b.host_bytes)
+    except ValueError:  # a step the budget does not model: the state alone, a floor
+        step = state
+    return step + 4 * cfg.param_count()
+
+
+def available_host_bytes() -> int:
+    """RAM the kernel says a new allocation can get (``MemAvailable``), else the machine's total."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_host_memory(config: RunConfig, num_devices: int, available: int | None = None) -> None:
+    """Refuse, in one line, a run this machine's RAM cannot hold (before anything is built: the kernel's
+    OOM killer would end the process, in a notebook the kernel)."""
+    need = host_bytes_needed(config, num_devices)
+    have = available_host_bytes() if available is None else available
+    if need > RAM_SHARE * have:
+        gib = 2**30
+        raise MemoryError(f"train --model {config.model} (B={config.batch}, S={config.seq}) needs about {need / gib:.0f} "
+                          f"GiB of host RAM on {num_devices} CPU device(s); this machine has {have / gib:.0f} GiB "
+                          f"available: train tiny-llama or tiny-deepseek here, and ask `python -m companion budget "
+                          f"--model {config.model}` what it needs on GPUs")
+
+
 def run(config: RunConfig) -> RunResult:
-    """Train ``config.steps`` steps (resuming from the newest checkpoint in ``checkpoint_dir``)."""
+    """Train ``config.steps`` steps (resuming from the newest checkpoint in ``checkpoint_dir``); refuses a run
+    this machine's RAM cannot hold (``check_host_memory``)."""
     import orbax.checkpoint as ocp
 
+    check_host_memory(config, jax.device_count())
     cfg = models.config(config.model)
     t = train.trainer(cfg, config.policy)
     mesh = _mesh()

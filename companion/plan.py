@@ -19,14 +19,25 @@ It works in two stages:
    host limit. ``estimate_seconds`` ranks them (compute with recompute at peak, the link time the
    compute cannot hide, FSDP/tensor/expert collectives).
 2. The best of each (mesh, offloads or not, state levers) are compiled for the target and their
-   schedules simulated (``schedule``); a finalist whose compiled peak does not fit steps its batch
-   down; the fastest that fits is the plan. It reports the budget's prediction against the compiled
+   schedules simulated (``schedule``); a finalist whose compiled peak does not fit with the margin
+   (``PLAN_MARGIN``: max(2 % of usable HBM, 1.5 GiB), an option) steps its batch down. The plan is the
+   finalist with the most simulated tokens per second (the same numerator for every policy; TFLOP/s is
+   reported beside it); finalists tied with it under the paired band (``bands.rank``: the ranking flips
+   inside the simulator's constants' measured spread) are broken by device margin, then by the simpler
+   plan (no pipelining, fewer tensors offloaded). It reports the budget's prediction against the compiled
    peak, the simulated step, and why each tensor sits where it does.
 
 The host limit per GPU is the pinned pool you give XLA (``host_pool_gib``) or, when the plan sizes the
 pool itself, ``HOST_RAM_SHARE`` of the host RAM behind the GPU (``Gpu.host_memory_per_gpu_bytes``:
 2 TB / 8 on DGX H100, a Grace's 480 GB / 2 on GB200, shared as the board shares it) — an assumption:
 the rest is left to the OS, the input pipeline and checkpointing.
+
+The exported pool (``Plan.pinned_pool``) follows how jaxlib 0.10.2's XLA sizes it
+(``targets.pinned_host_pool_bytes``): ``XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB`` caps each GPU's own pool —
+one per device, serving offloaded activations and ``pinned_host`` arrays alike — and each process's one
+staging pool, so it is set to one GPU's pinned bytes with 10 % to spare, whatever the launcher layout
+(``processes_per_node``: MaxText's ``gpu_multi_process_run.sh`` runs one process per node), and the host's
+RAM must hold its GPUs' pinned bytes together.
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
+from . import bands, caveats, fit
 from . import budget as budget_lib
 from . import compiler, schedule, sharding, targets, train
 from .fit import HOST_RAM_SHARE, host_limit_bytes
@@ -42,6 +54,8 @@ from .models import configs as model_configs
 from .targets import GiB, Target
 
 MAX_PER_SHARD = 1 << 12  # the search's ceiling: sequences per batch shard
+PLAN_MARGIN = fit.Margin(0.02, int(1.5 * GiB))  # device headroom a plan keeps under usable HBM
+CONTENDERS = 0.85  # finalists within this share of the best tokens/s are swept for a paired-band tie
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +79,8 @@ class LargestBatch:
     step_seconds: float = 0.0
     exposed_transfer_seconds: float = 0.0  # of the simulated step: waiting for host transfers
     exposed_collective_seconds: float = 0.0
+    report: object = dataclasses.field(repr=False, default=None, compare=False)  # the CompileReport at ``batch``
+    compile_seconds: float = 0.0  # all of its compiles, wall clock
 
     @property
     def budget_off_by_steps(self) -> int:
@@ -72,7 +88,18 @@ class LargestBatch:
         return (self.budget_batch - self.batch) // self.batch_step
 
     def to_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "budget_off_by_steps": self.budget_off_by_steps}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "report"}
+        return {**out, "state": dataclasses.asdict(self.state), "budget_off_by_steps": self.budget_off_by_steps}
+
+    def summary(self) -> str:
+        gib = GiB
+        if not self.batch:
+            return (f"--batch max: not even B={self.batch_step} fits ({self.next_device_bytes / gib:.2f} GiB compiled "
+                    f"against {self.usable_hbm_bytes / gib:.2f} usable)")
+        return (f"--batch max: B={self.batch} (the budget said {self.budget_batch}): compiled peak "
+                f"{self.device_bytes / gib:.2f} GiB of {self.usable_hbm_bytes / gib:.2f} usable; B={self.batch + self.batch_step} "
+                f"compiles to {self.next_device_bytes / gib:.2f} GiB and does not fit; {self.compiles} compiles, "
+                f"{self.compile_seconds:.0f} s (wall clock)")
 
 
 def _largest(fits, step: int, top: int = MAX_PER_SHARD) -> int:
@@ -104,8 +131,9 @@ def budget_largest_batch(cfg, target: Target, seq: int, policy, mesh: Mapping[st
 
 def largest_batch(model, target: Target, seq: int, policy="full", mesh: Mapping[str, int] | str | None = None,
                   state: train.StateConfig = train.StateConfig(), flags=None) -> LargestBatch:
-    """The largest global batch ``policy`` fits on ``target``: the budget's answer, confirmed (and,
-    where it is off, corrected) by compiling the full train step at it and one step further."""
+    """The largest global batch ``policy`` fits on ``target`` (device and host, ``fit``): the budget's
+    answer, confirmed (and, where it is off, corrected) by compiling the full train step at it and one
+    step further — two compiles or more: seconds for an 8B, minutes for the 671B."""
     cfg = model_configs.config(model)
     mesh = sharding.parse_mesh(mesh, target.num_devices) if not isinstance(mesh, Mapping) else dict(mesh)
     step = sharding.batch_ways(mesh) * state.gradient_accumulation_steps
@@ -113,28 +141,33 @@ def largest_batch(model, target: Target, seq: int, policy="full", mesh: Mapping[
     trainer = train.trainer(cfg, policy, state=state)
     reports: dict[int, compiler.CompileReport] = {}
 
-    def peak(batch: int) -> int:
+    def fits(batch: int) -> bool:  # the fits rule: device and host
         if batch not in reports:
             reports[batch] = train.compile_step(trainer, placement, batch, seq, flags=flags)
+        return reports[batch].fits
+
+    def peak(batch: int) -> int:
+        fits(batch)
         return reports[batch].device.peak_bytes
 
     usable = target.usable_hbm_bytes
     from_budget = budget_largest_batch(cfg, target, seq, policy, mesh, state, flags)
     batch = max(from_budget, step)
-    if peak(batch) > usable:  # the budget was too generous: step down to the compiler's boundary
-        while batch > step and peak(batch) > usable:
+    if not fits(batch):  # the budget was too generous: step down to the compiler's boundary
+        while batch > step and not fits(batch):
             batch -= step
-        if peak(batch) > usable:
+        if not fits(batch):
             batch = 0
     else:  # step up while the next one still fits
-        while batch + step <= MAX_PER_SHARD * step and peak(batch + step) <= usable:
+        while batch + step <= MAX_PER_SHARD * step and fits(batch + step):
             batch += step
     nxt = batch + step
     sim = schedule.simulate(reports[batch], target) if batch else None
     return LargestBatch(cfg.name, trainer.policy.name, seq, target.name, mesh, state, step, from_budget, batch,
                         peak(batch) if batch else 0, peak(nxt), usable, len(reports),
                         *((sim.tflops_per_gpu, sim.step_seconds, sim.exposed_transfer_seconds,
-                           sim.exposed_collective_seconds) if sim else (0.0, 0.0, 0.0, 0.0)))
+                           sim.exposed_collective_seconds) if sim else (0.0, 0.0, 0.0, 0.0)),
+                        reports.get(batch), sum(r.compile_seconds for r in reports.values()))
 
 
 # ----------------------------------------------------------------------------- the planner
@@ -180,6 +213,7 @@ class Candidate:
     step_flops: float  # per device, without recompute
     recompute_flops: float
     estimated_seconds: float  # the analytic step time (see ``estimate_seconds``)
+    tokens: float = 0.0  # per GPU per step (batch x seq / GPUs)
 
     @property
     def policy(self) -> dict[str, str]:
@@ -192,6 +226,11 @@ class Candidate:
     @property
     def estimated_tflops(self) -> float:
         return self.step_flops / self.estimated_seconds / 1e12
+
+    @property
+    def estimated_tokens_per_second(self) -> float:
+        """Per GPU: what the search ranks by (the same numerator for every policy)."""
+        return self.tokens / self.estimated_seconds
 
     def label(self) -> str:
         saved = ", ".join(f"{n}:{w[:3]}" for n, w in self.spec) or "nothing saved (full remat)"
@@ -208,7 +247,7 @@ class Candidate:
                 "state": dataclasses.asdict(self.state), "device_bytes": self.device_bytes,
                 "host_bytes": self.host_bytes, "recompute_flops": self.recompute_flops,
                 "estimated_seconds": self.estimated_seconds, "estimated_tflops_per_gpu": self.estimated_tflops,
-                "label": self.label()}
+                "estimated_tokens_per_s_per_gpu": self.estimated_tokens_per_second, "label": self.label()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,6 +264,13 @@ class Checked:
     exposed_collective_seconds: float
     compile_seconds: float
     descriptor_issues: int  # offloaded scan residuals read with a wrong memcpy descriptor (openxla/xla #46231)
+    margin_bytes: int = 0  # usable HBM left after the compiled peak
+    report: object = dataclasses.field(repr=False, default=None, compare=False)  # the CompileReport
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Simulated tokens per second per GPU: the plan's ranking key."""
+        return self.candidate.tokens / self.step_seconds
 
     @property
     def prediction_error(self) -> float:
@@ -234,6 +280,7 @@ class Checked:
     def to_dict(self) -> dict:
         return {"candidate": self.candidate.to_dict(), "compiled_device_bytes": self.device_bytes,
                 "compiled_host_bytes": self.host_bytes, "fits": self.fits, "step_seconds": self.step_seconds,
+                "tokens_per_s_per_gpu": self.tokens_per_second, "margin_bytes": self.margin_bytes,
                 "tflops_per_gpu": self.tflops_per_gpu, "exposed_transfer_seconds": self.exposed_transfer_seconds,
                 "exposed_collective_seconds": self.exposed_collective_seconds,
                 "compile_seconds": self.compile_seconds, "prediction_error": self.prediction_error,
@@ -252,9 +299,9 @@ def estimate_seconds(b: budget_lib.Budget, cfg, target: Target, mesh: Mapping[st
       assumption: the update waits for them);
     * the optimizer update: 7 passes over the fp32 parameter shard (read p, g, mu, nu; write p, mu,
       nu) at HBM bandwidth;
-    * FSDP: weights gathered in bf16 twice (forward, backward) and fp32 gradients reduce-scattered,
-      over NVLink when the group fits in one NVLink domain, else the per-GPU NIC (``collectives``'
-      fabric and efficiencies); exposed only beyond the compute they overlap;
+    * FSDP: weights gathered in bf16 twice (forward, backward) and fp32 gradients reduce-scattered at
+      the bandwidth of the axis's slowest group (``collectives.axis_bandwidth``: NVLink inside a domain,
+      the thinner side's NICs across); exposed only beyond the compute they overlap;
     * tensor and expert parallelism: the activation all-gathers / reduce-scatters (four per layer
       forward, eight backward with remat's rerun) and the token all-to-alls (dispatch and combine, both
       passes), exposed (XLA's GPU backend runs them between the matmuls that need them).
@@ -278,21 +325,18 @@ def estimate_seconds(b: budget_lib.Budget, cfg, target: Target, mesh: Mapping[st
     seconds += 7 * param_shard / gpu.hbm_bandwidth
     fabric = collectives.fabric(gpu.key)
     fsdp, tensor, expert = mesh.get("fsdp", 1), mesh.get("tensor", 1), mesh.get("expert", 1)
-    inside = min(fabric.nvlink_domain, target.num_devices)
+    active = sharding.active_axes(mesh)
     if fsdp > 1:
         full = param_shard * fsdp / 4  # the layer's parameters (not fsdp-sharded), in parameter count
         wire = full * (2 * 2 + 4) * (fsdp - 1) / fsdp
-        spans = fsdp * tensor * expert > inside
-        bandwidth = fabric.network_bytes_per_s(0.9) if spans else fabric.nvlink_bytes_per_s(0.8)
-        seconds += max(0.0, wire / bandwidth - (forward + backward))
+        seconds += max(0.0, wire / collectives.axis_bandwidth(active, ["fsdp"], target) - (forward + backward))
     tokens = b.batch * seq / sharding.batch_ways(mesh)  # per batch shard, every microbatch
     if tensor > 1:
         wire = 12 * cfg.num_layers * tokens * cfg.d_model * cfg.act_bytes * (tensor - 1) / tensor
         seconds += wire / fabric.nvlink_bytes_per_s(0.8)
     if expert > 1 and cfg.moe is not None:
         wire = 6 * cfg.num_moe_layers * tokens * cfg.moe.experts_per_token * cfg.d_model * cfg.act_bytes * (expert - 1) / expert
-        spans = expert * tensor > inside
-        seconds += wire / (fabric.network_bytes_per_s(0.9) if spans else fabric.nvlink_bytes_per_s(0.8))
+        seconds += wire / collectives.axis_bandwidth(active, ["expert"], target)
     return seconds
 
 
@@ -319,6 +363,10 @@ class Plan:
     total_seconds: float
     flag_set: xla_flags.FlagSet | None = dataclasses.field(repr=False, default=None)
     config: model_configs.ModelConfig | None = dataclasses.field(repr=False, default=None)  # with its attention, MoE
+    margin_bytes: int = 0  # the device headroom the plan required (``PLAN_MARGIN`` of usable HBM)
+    tie_break: str = ""  # why the chosen finalist, in words
+    processes_per_node: int = 1  # the launcher layout the export states
+    for_jaxlib: str | None = None  # the jaxlib the exported flags are spelled for (None: 0.10.2)
 
     @property
     def candidate(self) -> Candidate:
@@ -347,9 +395,29 @@ class Plan:
         return maxtext.overrides(self.config or self.model, self.policy_name or c.policy, c.batch, self.seq,
                                  self.mesh, self.num_devices, self.gpus_per_host, c.state)
 
+    def pinned_pool(self) -> dict:
+        """The exported pinned pool and what it assumes (module docstring; ``targets.pinned_host_pool_bytes``):
+        the cap per GPU pool, the pools per node for the stated launcher layout, and the host's RAM against
+        its GPUs' pinned bytes together."""
+        per_host = self.gpus_per_host
+        ram = self.host_limit_bytes * per_host if self.host_limit_bytes else 0
+        return {"env": targets.HOST_POOL_ENV, "gib_per_gpu_pool": self.host_pool_gib,
+                "processes_per_node": self.processes_per_node, "gpus_per_node": per_host,
+                "pools_per_node": per_host + self.processes_per_node,
+                "pinned_bytes_per_node": self.chosen.host_bytes * per_host, "host_limit_bytes_per_node": ram,
+                "memlock_gib_per_node": (per_host + self.processes_per_node) * self.host_pool_gib,
+                "reading": f"{targets.HOST_POOL_ENV}={self.host_pool_gib} caps each of the node's {per_host} GPU "
+                           f"pools (offloaded activations and pinned_host arrays of that GPU) and each of its "
+                           f"{self.processes_per_node} process staging pool(s) separately, not their sum "
+                           "(jaxlib 0.10.2: se_gpu_pjrt_client.cc:1419-1426, 1875-1879); pools grow as used, so "
+                           f"the node pins about {self.chosen.host_bytes * per_host / GiB:.0f} GiB; `ulimit -l` must "
+                           f"allow every pool at its cap, {(per_host + self.processes_per_node) * self.host_pool_gib} GiB"}
+
     def exported(self) -> dict:
-        """``XLA_FLAGS`` and the environment (mem fraction, the pinned pool) of the plan."""
-        return xla_flags.export(self.flag_set, mem_fraction=self.mem_fraction, host_pool_gib=self.host_pool_gib)
+        """``XLA_FLAGS``, the environment (mem fraction, the pinned pool), the jaxlib the flags are spelled
+        for and the correctness caveats that travel with them."""
+        return xla_flags.export(self.flag_set, mem_fraction=self.mem_fraction, host_pool_gib=self.host_pool_gib,
+                                offloads=self.candidate.offloads, for_jaxlib=self.for_jaxlib)
 
     def environment(self) -> dict[str, str]:
         out = self.exported()
@@ -373,7 +441,9 @@ class Plan:
                 "tensors": [dataclasses.asdict(t) | {"flops_per_byte": t.flops_per_byte} for t in self.tensors],
                 "searched": self.searched, "feasible": self.feasible, "search_seconds": self.search_seconds,
                 "total_seconds": self.total_seconds, "maxtext": self.overrides(), "environment": self.environment(),
-                "command_line": self.command_line()}
+                "command_line": self.command_line(), "margin_bytes": self.margin_bytes, "tie_break": self.tie_break,
+                "pinned_pool": self.pinned_pool(), "jaxlib": self.exported()["jaxlib"],
+                "flag_notes": self.exported()["notes"], "caveats": self.exported()["caveats"]}
 
     def summary(self) -> str:
         c, k = self.candidate, self.chosen
@@ -384,24 +454,48 @@ class Plan:
                  f"  device: predicted {c.device_bytes / GiB:.2f} GiB, compiled {k.device_bytes / GiB:.2f} GiB "
                  f"({k.prediction_error:+.1%}) of {self.usable_hbm_bytes / GiB:.2f} GiB usable; host "
                  f"{k.host_bytes / GiB:.2f} GiB (pool {self.host_pool_gib} GiB)",
-                 f"  simulated step {k.step_seconds:.2f} s, {k.tflops_per_gpu:.0f} TFLOP/s per GPU "
-                 f"(exposed transfers {k.exposed_transfer_seconds:.2f} s, collectives "
-                 f"{k.exposed_collective_seconds:.2f} s)"]
+                 f"  simulated step {k.step_seconds:.2f} s: {k.tokens_per_second:,.0f} tokens/s and "
+                 f"{k.tflops_per_gpu:.0f} TFLOP/s per GPU (exposed transfers {k.exposed_transfer_seconds:.2f} s, "
+                 f"collectives {k.exposed_collective_seconds:.2f} s); chosen: {self.tie_break}",
+                 f"  pinned pool: {self.pinned_pool()['reading']}"]
         if k.descriptor_issues:
             lines.append(f"  WARNING: {k.descriptor_issues} offloaded scan residual read(s) carry a wrong memcpy "
                          "descriptor (openxla/xla #46231): on a GPU the gradients are silently wrong")
         lines.append("  finalists (simulated):")
         for f in self.finalists:
-            lines.append(f"    {'*' if f is k else ' '} {f.tflops_per_gpu:6.0f} TFLOP/s  {f.device_bytes / GiB:6.2f} GiB  "
-                         f"{'fits' if f.fits else 'does not fit'}  {f.candidate.label()}")
+            lines.append(f"    {'*' if f is k else ' '} {f.tokens_per_second:8,.0f} tokens/s  {f.tflops_per_gpu:6.0f} "
+                         f"TFLOP/s  {f.device_bytes / GiB:6.2f} GiB  {'fits' if f.fits else 'does not fit'}  "
+                         f"{f.candidate.label()}")
         lines.append("  tensors (greedy order: recompute spared per byte):")
         for t in self.tensors:
             lines.append(f"    {t.name:16} {t.location:8} {t.reason}")
+        for c in self.exported()["caveats"]:
+            lines.append(f"  CAVEAT {c['key']}: {c['risk']} Workaround: {c['workaround']} Check: {c['check']}")
         return "\n".join(lines)
 
 
 def _mesh_text(mesh: Mapping[str, int]) -> str:
     return ",".join(f"{axis}={size}" for axis, size in sharding.active_axes(mesh).items())
+
+
+def default_mesh(cfg, target: Target) -> tuple[dict[str, int], str]:
+    """The mesh a command uses when none is given, and why: all-FSDP for a dense model; for a MoE model,
+    expert parallelism inside one NVLink domain (the largest power of two up to 64 that fits the domain,
+    divides the experts and the GPUs: EP 64 for DeepSeek-V3 on 256 GB200, 8 on H100 boards) and FSDP over
+    the rest — all-FSDP would gather every expert's weights in every MoE layer."""
+    from . import collectives
+
+    n = target.num_devices
+    if cfg.moe is None:
+        return sharding.parse_mesh(None, n), "all-FSDP (the default for a dense model)"
+    domain = min(collectives.fabric(target.gpu.key).nvlink_domain, n)
+    ep = next((e for e in (64, 32, 16, 8, 4, 2) if e <= domain and n % e == 0 and cfg.moe.num_experts % e == 0), 1)
+    if ep == 1:
+        return sharding.parse_mesh(None, n), "all-FSDP (no expert split fits an NVLink domain here)"
+    mesh = sharding.parse_mesh({"fsdp": n // ep, "expert": ep}, n)
+    return mesh, (f"mesh {_mesh_text(mesh)}: expert parallelism inside one NVLink domain ({domain} GPUs), FSDP over "
+                  f"the rest (all-FSDP would gather all {cfg.moe.num_experts} experts' weights in every MoE layer); "
+                  "--mesh chooses another")
 
 
 def mesh_candidates(cfg, target: Target) -> list[dict[str, int]]:
@@ -547,21 +641,23 @@ def search(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None
                         batch = _largest(fits, step)
                     if not batch:
                         continue
-                    feasible.append((m, _priced(Candidate(spec, batch, offloads, state, 0, 0, 0.0, 0.0, 0.0),
+                    feasible.append((m, _priced(Candidate(spec, batch, offloads, state, 0, 0, 0.0, 0.0, 0.0,
+                                                          batch * seq / n),
                                                 budget_at(batch), cfg, target, m, seq)))
     if not feasible:
         raise ValueError(f"no configuration of {cfg.name} fits {target.name} at S={seq} by the budget (usable HBM "
                          f"{usable / GiB:.1f} GiB at XLA_PYTHON_CLIENT_MEM_FRACTION={target.mem_fraction:g}, host "
                          f"{host_limit / GiB:.0f} GiB per GPU): try more GPUs, a shorter sequence, a tensor or "
                          "expert axis (--mesh) or a larger --mem-fraction")
-    feasible.sort(key=lambda mc: -mc[1].estimated_tflops)
+    feasible.sort(key=lambda mc: -mc[1].estimated_tokens_per_second)
     return Search(cfg, target, seq, tuple(feasible), orders, searched, time.perf_counter() - t0, usable, host_limit,
                   flag_sets)
 
 
 def plan(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None = None, *,
          global_batch: int | None = None, host_pool_gib: int | None = None, max_compiles: int = 4,
-         flags=None, states=STATE_CHOICES, progress=None) -> Plan:
+         flags=None, states=STATE_CHOICES, progress=None, margin: fit.Margin = PLAN_MARGIN,
+         processes_per_node: int = 1, for_jaxlib: str | None = None) -> Plan:
     """Search per-tensor remat/device/offload, batch, pipelined offload and the state levers for the
     most simulated throughput that fits (``search``); compile and simulate the best few, and keep the
     fastest whose compiled peak fits.
@@ -569,10 +665,17 @@ def plan(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None =
     ``mesh``: one mesh, or None to try ``mesh_candidates``. ``global_batch``: fixed (the planner then
     chooses gradient accumulation 1, 2, 4 or 8), or None (the largest each candidate fits, no
     accumulation). ``host_pool_gib``: the pinned pool you will give XLA, or None to let the plan size it
-    up to ``HOST_RAM_SHARE`` of the host RAM behind each GPU (shared where it is shared).
+    up to ``HOST_RAM_SHARE`` of the host RAM behind each GPU (shared where it is shared). ``margin``: the
+    device headroom a finalist's compiled peak must leave. ``processes_per_node`` (the launcher layout)
+    and ``for_jaxlib`` shape the export (``Plan.pinned_pool``, ``flags.export``).
     """
     import time
 
+    if not isinstance(processes_per_node, int) or not 1 <= processes_per_node <= target.topology.gpus_per_host:
+        raise ValueError(f"processes_per_node {processes_per_node!r}: choose 1 (one per node, MaxText's "
+                         f"gpu_multi_process_run.sh) to {target.topology.gpus_per_host} (one per GPU)")
+    if for_jaxlib is not None:
+        xla_flags.export(xla_flags.resolve(flags), for_jaxlib=for_jaxlib)  # a bad version fails before the search
     t0 = time.perf_counter()
     found = search(model, target, seq, mesh, global_batch=global_batch, host_pool_gib=host_pool_gib, flags=flags,
                    states=states)
@@ -583,23 +686,23 @@ def plan(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None =
     def check(m, c):
         if progress:
             progress(f"compiling {c.label()} on mesh {_mesh_text(m)}")
-        checked.append((m, _check(cfg, target, seq, m, c, flag_sets[c.pipelined], usable, host_limit)))
+        checked.append((m, _check(cfg, target, seq, m, c, flag_sets[c.pipelined], margin, host_limit)))
         return checked[-1][1]
 
     # the best of each (mesh, offload or not, state levers), in the budget's order, until enough compile
     # and fit; a finalist whose compiled peak does not fit (one step lower included) gives way to the next
     # and fit; a finalist whose compiled peak does not fit (one step lower included) gives way to the next;
     # once one fits, the budget's miss on a mesh (compiled / predicted) skips the others it would not fit
-    keys, fit, miss = set(), 0, {}
+    keys, fits, miss = set(), 0, {}
     for m, c in feasible:
         key = (tuple(m.items()), c.offloads, c.state)
-        if key in keys or (fit and c.device_bytes * miss.get(key[0], 1.0) > usable):
+        if key in keys or (fits and c.device_bytes * miss.get(key[0], 1.0) > usable):
             continue
         keys.add(key)
         done = check(m, c)
-        fit += done.fits
+        fits += done.fits
         miss[key[0]] = max(miss.get(key[0], 1.0), done.device_bytes / done.candidate.device_bytes)
-        if fit >= max(1, max_compiles - 1) or len(checked) >= 2 * max_compiles:
+        if fits >= max(1, max_compiles - 1) or len(checked) >= 2 * max_compiles:
             break
     twin = next(((m, k.candidate) for m, k in checked if k.fits and k.candidate.offloads), None)
     if twin is not None and max_compiles > 1:  # the same plan without pipelined offload, for comparison
@@ -609,13 +712,37 @@ def plan(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None =
     fitting = [(m, k) for m, k in checked if k.fits]
     if not fitting:
         raise ValueError(f"none of the {len(checked)} finalists of {cfg.name} on {target.name} fits once compiled "
-                         f"(the closest: {min(k.device_bytes for _, k in checked) / GiB:.1f} GiB of "
-                         f"{usable / GiB:.1f} usable): try a larger --max-compiles or more GPUs")
-    mesh_, best = max(fitting, key=lambda mk: mk[1].tflops_per_gpu)
+                         f"with a {margin.of(usable) / GiB:.2f} GiB margin (the closest: "
+                         f"{min(k.device_bytes for _, k in checked) / GiB:.1f} GiB of {usable / GiB:.1f} usable): try a "
+                         "larger --max-compiles, more GPUs or a smaller --margin-gib")
+    (mesh_, best), tie_break = _choose(fitting)
     tensors = _explain(cfg, best.candidate, mesh_, seq, *orders[tuple(mesh_.items())], target)
     return Plan(cfg.name, target.name, n, target.topology.gpus_per_host, seq, mesh_, target.mem_fraction, usable,
                 host_limit, best, tuple(k for _, k in checked), tuple(tensors), found.searched, len(feasible),
-                found.seconds, time.perf_counter() - t0, flag_sets[best.candidate.pipelined], cfg)
+                found.seconds, time.perf_counter() - t0, flag_sets[best.candidate.pipelined], cfg,
+                margin.of(usable), tie_break, processes_per_node, for_jaxlib)
+
+
+def _simplicity(c: Candidate) -> tuple[int, int]:
+    """Fewer moving parts first: no pipelining, then fewer tensors offloaded."""
+    return (int(c.pipelined), sum(where == "offload" for _, where in c.spec))
+
+
+def _choose(fitting: list[tuple[dict, "Checked"]]) -> tuple[tuple[dict, "Checked"], str]:
+    """The finalist with the most simulated tokens/s; those tied with it under the paired band (swept only
+    within ``CONTENDERS`` of it) go to the larger device margin, then the simpler plan. Returns the choice
+    and why, in words."""
+    top = max(fitting, key=lambda mk: mk[1].tokens_per_second)
+    contenders = [mk for mk in fitting if mk is not top and mk[1].tokens_per_second >= CONTENDERS * top[1].tokens_per_second]
+    if not contenders:
+        return top, "the most simulated tokens/s"
+    swept = {id(mk): bands.sweep(mk[1].report) for mk in [top, *contenders]}
+    tied = [mk for mk in contenders if bands.rank(swept[id(mk)], swept[id(top)]).tie]
+    if not tied:
+        return top, "the most simulated tokens/s, ahead of every other finalist over the constants' spread"
+    best = min([top, *tied], key=lambda mk: (-mk[1].margin_bytes, _simplicity(mk[1].candidate)))
+    return best, (f"tied on tokens/s with {len(tied)} other finalist(s) within the paired band; chosen for the larger "
+                  "device margin, then the simpler plan")
 
 
 def _priced(c: Candidate, b: budget_lib.Budget, cfg, target: Target, mesh, seq: int) -> Candidate:
@@ -625,15 +752,16 @@ def _priced(c: Candidate, b: budget_lib.Budget, cfg, target: Target, mesh, seq: 
                                estimated_seconds=estimate_seconds(b, cfg, target, mesh, seq))
 
 
-def _check(cfg, target, seq, mesh, c: Candidate, flag_set, usable: int, host_limit: int) -> Checked:
-    """Compile a finalist (one batch step lower, twice at most, when its compiled peak does not fit)
-    and simulate its schedule."""
+def _check(cfg, target, seq, mesh, c: Candidate, flag_set, margin: fit.Margin, host_limit: int) -> Checked:
+    """Compile a finalist (one batch step lower, twice at most, when its compiled peak does not fit with
+    the margin) and simulate its schedule."""
     placement = compiler.place(target, sharding.active_axes(mesh))
     trainer = train.trainer(cfg, c.policy, state=c.state)
     step = sharding.batch_ways(mesh) * c.state.gradient_accumulation_steps
     for attempt in range(3):
         report = train.compile_step(trainer, placement, c.batch, seq, flags=flag_set)
-        fits = report.device.peak_bytes <= usable and report.host.total_bytes <= host_limit
+        verdict = fit.check(report.device.peak_bytes, report.host.total_bytes, target, margin, host_limit)
+        fits = verdict.fits
         if fits or attempt == 2 or c.batch - step < step:
             break
         smaller = c.batch - step
@@ -643,7 +771,8 @@ def _check(cfg, target, seq, mesh, c: Candidate, flag_set, usable: int, host_lim
     checks = report.offload.checks
     return Checked(c, report.device.peak_bytes, report.host.total_bytes, fits, sim.step_seconds, sim.tflops_per_gpu,
                    sim.exposed_transfer_seconds, sim.exposed_collective_seconds, report.compile_seconds,
-                   len(checks.wrong) if checks is not None else 0)
+                   len(checks.wrong) if checks is not None else 0, verdict.usable_hbm_bytes - verdict.device_bytes,
+                   report)
 
 
 def _explain(cfg, c: Candidate, mesh, seq: int, order, info, never, target: Target) -> list[TensorChoice]:

@@ -37,12 +37,27 @@ time and stream busy times are multiplied by the remaining trips; the iterations
 transfer or collective of the parent still running) are simulated one by one. A 126-layer stack
 costs one or two iterations' work, not 126.
 
-What is not modelled: kernels slowing each other (a copy or a collective taking HBM bandwidth or
-SMs from concurrent compute), host-side launch latency beyond the per-kernel gap, conditionals
-(the slowest branch is taken), send/recv. XLA's own estimate of the same schedule (its
-``.schedule.txt`` dump, ``compare_with_xla``) prices every host transfer at a constant — 5000 µs
-with the estimators GPU compiles use at jaxlib 0.10.2 — whatever its bytes; here it is bytes /
-bandwidth.
+Effects of one stream on another, each with its source or stated assumption:
+
+* NCCL's SMs: compute that runs beside an async collective loses the SMs NCCL holds
+  (``CollectiveModel.nccl_sms`` of the GPU's ``sm_count``): its time is stretched by
+  SMs / (SMs - nccl_sms) over the overlap.
+* PCIe shared with the NIC (``HostLink.carries_nic_traffic``: DGX/HGX put each GPU and its NIC under
+  one PCIe switch, so GPUDirect RDMA and the GPU's host copies cross the same x16 link, DGX H100/B200
+  user guides): while a host transfer and a scale-out collective overlap each gets half the link, and
+  the one that needs more than half is slowed.
+
+Exposed transfer time is split into the link's *floor* and the schedule's *excess* (``_Replay.scoped``):
+per loop iteration (and for the entry computation's own ops), per direction, the floor is the transfer
+time beyond that scope's compute — no schedule can hide it —, capped at what was exposed; the excess is
+the rest, what a better placement could hide.
+
+What is not modelled: a copy or a collective taking HBM bandwidth from concurrent kernels, host-side
+launch latency beyond the per-kernel gap, conditionals (the slowest branch is taken), send/recv.
+XLA's own estimate of the same schedule (its ``.schedule.txt`` dump, ``compare_with_xla``) prices
+every host transfer at a constant — 5000 µs with the estimators GPU compiles use at jaxlib 0.10.2 —
+whatever its bytes, here bytes / bandwidth; its dump totals the entry computation with each loop at
+~0 µs, so its whole-step estimate is the entry plus every body times its trips (``xla_step_us``).
 """
 
 from __future__ import annotations
@@ -67,13 +82,17 @@ _FREE = ("parameter", "get-tuple-element", "tuple", "bitcast", "constant", "afte
 class CostModel:
     """Achievable rates and fixed costs of the simulation (all overridable).
 
-    Defaults, and where they come from:
+    Defaults, and where they come from — each from kernel measurements and the literature, frozen on
+    2026-12-05 before the simulator was first held against published step times
+    (``benchmarks/bench_calibration.py``; none is fitted to those runs):
 
-    * ``matmul_efficiency`` 0.75 of the dense peak for cuBLAS GEMMs: large bf16 GEMMs on H100 reach
-      about 70-80 % (XLA's own matmul perf table prices the 8B layer's 481 GFLOP GEMM at 617 µs
-      against 486 µs at peak, 79 %: ``benchmarks/bench_target_config.py``).
-    * ``attention_efficiency`` 0.6 for fused attention kernels (cuDNN's ``__cudnn$fmha``):
-      FlashAttention-3 reports 60-75 % of H100's bf16 peak forward and less backward.
+    * ``matmul_efficiency``: None takes the GPU generation's (``MATMUL_EFFICIENCY``, with its sources).
+    * ``attention_efficiency`` 0.5 for fused attention kernels (cuDNN's ``__cudnn$fmha``), of the dense
+      peak, counting a causal kernel's FLOPs as half a full one's (as ``hlo`` does): cuDNN's causal
+      head-dim-128 kernels at S = 4096 on H100 run the forward at 518 and the backward at 499 TFLOP/s
+      (0.52, 0.50 of 989; FlashAttention-3, arXiv 2407.08608, its figures' cuDNN series); Blackwell the
+      same share, an assumption (FlashAttention-4, arXiv 2603.05451: up to 71 % of B200's peak at its best
+      shape, 1.3x cuDNN 9.13).
     * ``grouped_efficiency`` / ``grouped_wgrad_efficiency``: a grouped GEMM's share of the dense
       bf16 peak (the MoE stand-in's passes, ``hlo.grouped_gemm``); None takes the GPU generation's
       (``GROUPED_GEMM_EFFICIENCY``, with its sources).
@@ -87,8 +106,8 @@ class CostModel:
       of them (an SPMD step offloads on every GPU together).
     """
 
-    matmul_efficiency: float = 0.75
-    attention_efficiency: float = 0.6
+    matmul_efficiency: float | None = None
+    attention_efficiency: float = 0.5
     grouped_efficiency: float | None = None
     grouped_wgrad_efficiency: float | None = None
     hbm_efficiency: float = 0.85
@@ -101,7 +120,7 @@ class CostModel:
         for field in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency", "grouped_efficiency",
                       "grouped_wgrad_efficiency"):
             value = getattr(self, field)
-            if value is None and field.startswith("grouped"):
+            if value is None and field in ("matmul_efficiency", "grouped_efficiency", "grouped_wgrad_efficiency"):
                 continue
             if not isinstance(value, (int, float)) or not 0 < value <= 1:
                 raise ValueError(f"{field} must be in (0, 1], got {value!r}")
@@ -114,6 +133,10 @@ class CostModel:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    def matmul(self, gpu: targets.Gpu) -> float:
+        """cuBLAS's share of the dense peak on ``gpu`` (``matmul_efficiency``, else the generation's)."""
+        return self.matmul_efficiency or MATMUL_EFFICIENCY[gpu.architecture.name]
+
     def grouped(self, gpu: targets.Gpu, kind: str) -> float:
         """The grouped GEMM's efficiency for a pass (fprop, dgrad or wgrad) on ``gpu``."""
         fprop, wgrad = GROUPED_GEMM_EFFICIENCY[gpu.architecture.name]
@@ -121,6 +144,13 @@ class CostModel:
             return self.grouped_wgrad_efficiency or wgrad
         return self.grouped_efficiency or fprop
 
+
+# cuBLAS's bf16 GEMMs' share of the dense peak on the layer-sized shapes of a training step, per generation:
+# the best shape of a sweep reaches 80.3 % on H100 SXM ("maximum achievable matmul FLOPS", stas00/ml-engineering,
+# torch 2.7 + CUDA 12.6; H200 the same), 77.6 % on B200 and 72.9 % on GB200; cuBLAS 8192^3 on B200 1,610 TFLOP/s
+# (72 %, pyptx.dev); XLA's own matmul table prices the 8B layer's 481 GFLOP GEMM at 79 % on H100
+# (benchmarks/bench_target_config.py). Typical shapes sit a few points below the best: 0.75 and 0.70.
+MATMUL_EFFICIENCY = {"hopper": 0.75, "blackwell": 0.70}
 
 # A bf16 grouped GEMM's achievable share of the dense peak, (fprop and dgrad, wgrad), per generation.
 # Hopper: NVIDIA/TransformerEngine PR #2045 (2025-08) measured TE's grouped GEMM on H100 at 554-651 TFLOP/s
@@ -165,7 +195,7 @@ def _compute_seconds(cost: hlo.OpCost, gpu: targets.Gpu, model: CostModel) -> fl
     elif cost.op_class == "attention":
         efficiency = model.attention_efficiency
     else:
-        efficiency = model.matmul_efficiency
+        efficiency = model.matmul(gpu)
     flops_time = cost.flops / (matmul_rate(gpu, cost.dtype) * efficiency) if cost.flops else 0.0
     return max(flops_time, cost.bytes / (gpu.hbm_bandwidth * model.hbm_efficiency)) + model.kernel_gap_seconds
 
@@ -271,6 +301,10 @@ class StepSimulation:
     tokens: float | None = None  # per device per step (None without a workload)
     flops_by_kind: dict[str, float] = dataclasses.field(default_factory=dict)
     time_by_kind: dict[str, float] = dataclasses.field(default_factory=dict)
+    # the part of the exposed transfer seconds the link's bandwidth forces (``_Replay.scoped``: per loop
+    # iteration and the entry, per direction, the transfer time beyond that scope's compute); the rest is
+    # the schedule's excess
+    exposed_transfer_floor: dict[str, float] = dataclasses.field(default_factory=dict)
     events: tuple[Event, ...] = dataclasses.field(repr=False, default=())
     cost_model: CostModel = CostModel()
     async_compute_limit: int = 2
@@ -278,6 +312,19 @@ class StepSimulation:
     @property
     def exposed_seconds(self) -> float:
         return self.exposed_transfer_seconds + self.exposed_collective_seconds + self.exposed_other_seconds
+
+    @property
+    def exposed_transfer_excess(self) -> dict[str, float]:
+        """Exposed transfer seconds per direction beyond the link's floor: what a better schedule could hide."""
+        return {d: max(0.0, v - self.exposed_transfer_floor.get(d, 0.0))
+                for d, v in self.exposed_transfer_by_direction.items()}
+
+    @property
+    def exposed_transfer_split(self) -> dict[str, dict[str, float]]:
+        """Per direction: the exposed seconds, the link's floor and the schedule's excess (floor + excess = exposed)."""
+        return {d: {"exposed_seconds": v, "floor_seconds": self.exposed_transfer_floor.get(d, 0.0),
+                    "excess_seconds": self.exposed_transfer_excess[d]}
+                for d, v in self.exposed_transfer_by_direction.items()}
 
     @property
     def tflops_per_gpu(self) -> float | None:
@@ -305,6 +352,7 @@ class StepSimulation:
                "exposed_collective_seconds": self.exposed_collective_seconds,
                "exposed_other_seconds": self.exposed_other_seconds,
                "exposed_transfer_by_direction": dict(self.exposed_transfer_by_direction),
+               "exposed_transfer_split": self.exposed_transfer_split,
                "busy_seconds": dict(self.busy_seconds), "tokens_per_device": self.tokens,
                "tokens_per_second_per_gpu": self.tokens_per_second,
                "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu, "model_flops": self.model_flops,
@@ -344,17 +392,22 @@ _WAIT_KIND = {"transfer": "wait-transfer", "collective": "wait-collective", "asy
 class _Replay:
     """The streams' clocks while the program runs."""
 
-    def __init__(self, program: dict[str, list[Op]], bandwidth: dict[str, float], limit: int, max_events: int):
+    def __init__(self, program: dict[str, list[Op]], bandwidth: dict[str, float], limit: int, max_events: int,
+                 sm_slowdown: float = 1.0, shared_pcie: tuple[float, float] | None = None):
         self.program = program
         self.bandwidth = bandwidth  # host link bytes/s per GPU, per direction
         self.limit = limit
         self.max_events = max_events
+        self.sm_slowdown = sm_slowdown  # a compute kernel's time x this while a collective holds NCCL's SMs
+        self.shared_pcie = shared_pcie  # (PCIe bytes/s each way, NIC bytes/s) where transfers and the NIC share it
         self.t = 0.0
         self.lane_free = dict.fromkeys(LANES, 0.0)
         self.capped_ends: list[float] = []  # sorted end times of host transfers / async computes
         self.pending: dict[str, tuple[float, float, str, str]] = {}  # start name -> (begin, end, category, lane)
         self.busy = dict.fromkeys(LANES, 0.0)
-        self.exposed = {"transfer": 0.0, "collective": 0.0, "async": 0.0, "d2h": 0.0, "h2d": 0.0}
+        self.exposed = {"transfer": 0.0, "collective": 0.0, "async": 0.0, "d2h": 0.0, "h2d": 0.0,
+                        "floor:d2h": 0.0, "floor:h2d": 0.0}
+        self.scopes: list[dict[str, float]] = []  # per loop iteration (and the entry): its own busy and exposed
         self.events: list[Event] = []
         self.iteration_seconds: dict[str, float] = {}
         self._steady: dict[str, tuple[float, dict, dict]] = {}
@@ -375,13 +428,15 @@ class _Replay:
             if action == "compute":
                 begin = self.t
                 seconds = self.seconds(op)
+                if op.category == "compute" and self.sm_slowdown > 1:
+                    seconds += self._beside_collectives(begin, seconds) * (self.sm_slowdown - 1)
                 self.t += seconds
                 if op.category in ("collective", "transfer"):  # synchronous: the compute stream waits it out
                     self._expose(op.category, op.lane, seconds)
-                    self.busy[op.lane] += seconds
+                    self._add_busy(op.lane, seconds)
                     kind = _WAIT_KIND[op.category]
                 else:
-                    self.busy["compute"] += seconds
+                    self._add_busy("compute", seconds)
                     kind = op.category
                 if seconds:
                     self.record(Event(op.name, "compute", begin, self.t, kind, computation, iteration), record)
@@ -400,6 +455,43 @@ class _Replay:
     def seconds(self, op: Op) -> float:
         return op.bytes / self.bandwidth[op.lane] if op.category == "transfer" else op.seconds
 
+    def _beside_collectives(self, begin: float, seconds: float) -> float:
+        """How much of [begin, begin + seconds) an async collective is running in (NCCL's SMs taken)."""
+        spans = sorted((max(b, begin), min(e, begin + seconds)) for b, e, category, _ in self.pending.values()
+                       if category == "collective" and b < begin + seconds and e > begin)
+        covered, reach = 0.0, begin
+        for b, e in spans:
+            if e > reach:
+                covered += e - max(b, reach)
+                reach = e
+        return covered
+
+    def _share_pcie(self, op: Op, begin: float, end: float) -> float:
+        """Where a GPU's host transfers and its NIC's traffic cross one PCIe link (DGX/HGX: the GPU and its
+        NIC under one switch), each gets half of it while both run: the new op's end, later by its slowdown
+        over the overlap, and the overlapped ops' ends pushed out by theirs."""
+        pcie, nic = self.shared_pcie
+        if op.category == "transfer":
+            others = [k for k, v in self.pending.items() if v[2] == "collective" and v[3] == "network"]
+            mine, theirs = self.bandwidth[op.lane], nic
+        elif op.lane == "network":
+            others = [k for k, v in self.pending.items() if v[2] == "transfer"]
+            mine, theirs = nic, None
+        else:
+            return end
+        extra = 0.0
+        for name in others:
+            b, e, category, lane = self.pending[name]
+            overlap = min(end, e) - max(begin, b)
+            if overlap <= 0:
+                continue
+            rate_theirs = theirs if theirs is not None else self.bandwidth[lane]
+            extra = max(extra, overlap * max(0.0, mine / (pcie / 2) - 1))
+            pushed = e + overlap * max(0.0, rate_theirs / (pcie / 2) - 1)
+            self.pending[name] = (b, pushed, category, lane)
+            self.lane_free[lane] = max(self.lane_free[lane], pushed)
+        return end + extra
+
     def _start(self, op: Op, computation: str, record: bool, iteration: int):
         seconds = self.seconds(op)
         begin = max(self.t, self.lane_free[op.lane])
@@ -408,11 +500,14 @@ class _Replay:
             if len(running) >= self.limit:
                 begin = max(begin, running[len(running) - self.limit])
         end = begin + seconds
+        if self.shared_pcie is not None:
+            end = self._share_pcie(op, begin, end)
+            seconds = end - begin
         self.lane_free[op.lane] = end
         if op.lane in _ASYNC_CAPPED:  # ends at or before the compute clock can no longer hold anything up
             self.capped_ends = [e for e in self.capped_ends if e > self.t]
             bisect.insort(self.capped_ends, end)
-        self.busy[op.lane] += seconds
+        self._add_busy(op.lane, seconds)
         self.pending[op.name] = (begin, end, op.category, op.lane)
         kind = op.lane if op.category == "transfer" else op.category
         self.record(Event(op.name, op.lane, begin, end, kind, computation, iteration), record)
@@ -432,6 +527,23 @@ class _Replay:
         self.exposed[category] += seconds
         if category == "transfer":
             self.exposed[lane] += seconds
+            if self.scopes:
+                self.scopes[-1]["exposed:" + lane] += seconds
+
+    def _add_busy(self, lane: str, seconds: float):
+        self.busy[lane] += seconds
+        if self.scopes and lane in self.scopes[-1]:
+            self.scopes[-1][lane] += seconds
+
+    def scoped(self, computation: str, record: bool, iteration: int = 0):
+        """Run ``computation`` as one scope of the exposed-transfer split: per direction, its floor is what
+        the link needs beyond the scope's own compute, ``max(0, transfer busy - compute busy)`` (no schedule
+        hides that), capped at what was exposed; the rest of the exposed time is the schedule's excess."""
+        self.scopes.append(dict.fromkeys(("compute", "d2h", "h2d", "exposed:d2h", "exposed:h2d"), 0.0))
+        self.run(computation, record, iteration)
+        scope = self.scopes.pop()
+        for d in targets.DIRECTIONS:
+            self.exposed["floor:" + d] += min(scope["exposed:" + d], max(0.0, scope[d] - scope["compute"]))
 
     def _snapshot(self) -> tuple[float, dict, dict]:
         return self.t, dict(self.busy), dict(self.exposed)
@@ -454,7 +566,7 @@ class _Replay:
                 return
             was_quiet = self.quiet()
             t0, busy0, exposed0 = self._snapshot()
-            self.run(body, record and i == 0, i)
+            self.scoped(body, record and i == 0, i)
             if was_quiet and self.quiet():
                 seconds = self.t - t0
                 self._steady[body] = (seconds, {k: self.busy[k] - busy0[k] for k in busy0},
@@ -465,12 +577,13 @@ class _Replay:
     def _save(self) -> tuple:
         """Every clock and tally, copied."""
         return (self.t, dict(self.lane_free), list(self.capped_ends), dict(self.pending), dict(self.busy),
-                dict(self.exposed))
+                dict(self.exposed), [dict(s) for s in self.scopes])
 
     def _load(self, state: tuple):
-        t, lane_free, capped_ends, pending, busy, exposed = state
+        t, lane_free, capped_ends, pending, busy, exposed, scopes = state
         self.t, self.lane_free, self.capped_ends = t, dict(lane_free), list(capped_ends)
         self.pending, self.busy, self.exposed = dict(pending), dict(busy), dict(exposed)
+        self.scopes = [dict(s) for s in scopes]
 
     def _conditional(self, op: Op, record: bool, iteration: int):
         start, best = self._save(), None
@@ -501,8 +614,16 @@ class Simulator:
         """One step on ``link`` (default: the target's own host link)."""
         target = self.target.with_link(link) if link is not None else self.target
         bandwidth = self.bandwidth(target.link)
-        replay = _Replay(self.program, bandwidth, self.limit, max_events)
-        replay.run(self.module.entry, True)
+        model = self.cost_model
+        sms = target.gpu.sm_count
+        sm_slowdown = sms / (sms - model.collectives.nccl_sms) if model.collectives.nccl_sms < sms else 1.0
+        shared = None
+        if target.link.carries_nic_traffic:
+            nic = (model.collectives.nic_per_gpu or coll.fabric(target.gpu.key).nic_per_gpu)
+            shared = (min(target.link.achievable_d2h, target.link.achievable_h2d),
+                      nic * model.collectives.network_efficiency)
+        replay = _Replay(self.program, bandwidth, self.limit, max_events, sm_slowdown, shared)
+        replay.scoped(self.module.entry, True)
         flops = self.flops
         by_kind = {**self.compute_by_class[1], **{f"collective:{lane}": replay.busy[lane] for lane in ("nvlink", "network")},
                    **{f"transfer:{d}": replay.busy[d] for d in targets.DIRECTIONS}}
@@ -512,6 +633,7 @@ class Simulator:
             exposed_transfer_seconds=replay.exposed["transfer"],
             exposed_collective_seconds=replay.exposed["collective"], exposed_other_seconds=replay.exposed["async"],
             exposed_transfer_by_direction={d: replay.exposed[d] for d in targets.DIRECTIONS},
+            exposed_transfer_floor={d: replay.exposed["floor:" + d] for d in targets.DIRECTIONS},
             busy_seconds=dict(replay.busy), model_flops=work.model_flops if work else None,
             hardware_flops=flops.total, recompute_flops=flops.recompute, peak_flops=target.gpu.bf16_dense_flops,
             peak_device_bytes=self.peak_device_bytes, host_bytes=self.host_bytes,
@@ -617,32 +739,69 @@ class XlaComparison:
     """One scheduled computation: XLA's estimate of one run beside the simulation's."""
 
     computation: str
-    role: str  # step (the entry) | loop body (one iteration)
+    role: str  # the step (entry + bodies x trips) | the entry computation alone | a loop body (one iteration)
     xla_us: float  # the latency-hiding scheduler's total for one run
     simulated_us: float | None
     host_transfers: int  # async host transfers the computation runs
     xla_transfer_us: float | None  # what XLA's estimator charged one of them (median)
     simulated_transfer_us: float | None  # bytes / link bandwidth (median)
 
+    def row(self) -> dict[str, Any]:
+        """A table row, milliseconds ("-" where a side has no figure)."""
+        def ms(us, digits=1):
+            return "-" if us is None else f"{us / 1e3:.{digits}f}"
+
+        return {"computation": self.computation, "role": self.role, "XLA ms": ms(self.xla_us),
+                "simulated ms": ms(self.simulated_us), "host transfers": self.host_transfers,
+                "XLA ms per transfer": ms(self.xla_transfer_us, 2),
+                "simulated ms per transfer": ms(self.simulated_transfer_us, 2)}
+
+
+def xla_step_us(simulator: Simulator, lhs, computation: str | None = None) -> float:
+    """XLA's own estimate of a whole step: a computation's scheduled total plus, for each ``while`` in it,
+    its body's estimate times the loop's trips (recursively). The latency-hiding scheduler's total of the
+    entry alone prices each ``while`` at ~0 µs, leaving the loops out."""
+    name = computation or simulator.module.entry
+    comp = lhs.computations.get(name)
+    total = comp.total_us if comp is not None else 0.0
+    for op in simulator.program.get(name, ()):
+        if op.action == "while" and op.called:
+            total += op.trips * xla_step_us(simulator, lhs, op.called[0])
+        elif op.action == "call":
+            total += sum(xla_step_us(simulator, lhs, callee) for callee in op.called)
+    return total
+
 
 def compare_with_xla(simulator: Simulator, result: StepSimulation, lhs) -> list[XlaComparison]:
     """Rows of XLA's own schedule estimate (``dump.LhsSchedule``, from a compile with ``dump=True``)
-    beside the simulation ``result`` of the same compile."""
+    beside the simulation ``result`` of the same compile: the whole step (the entry plus every loop body
+    times its trips, ``xla_step_us``), the entry computation alone (what XLA's dump totals: its loops count
+    ~0 there) and each loop body for one iteration."""
     bandwidth = (simulator.bandwidth(targets.host_link(result.link)) if result.link in targets.HOST_LINKS
                  else None)
-    rows = []
+    entry = simulator.module.entry
+    transfers = {}
     for name, comp in lhs.computations.items():
         ops = {op.name: op for op in simulator.program.get(name, ())}
         windows = {n: w for n, w in comp.async_windows().items() if n in ops and ops[n].category == "transfer"}
-        xla_t = sorted(windows.values())
         ours_t = sorted(ops[n].bytes / bandwidth[ops[n].lane] for n in windows) if bandwidth else []
-        if name == simulator.module.entry:
-            role, ours = "step", result.step_seconds
+        transfers[name] = (len(windows), sorted(windows.values()), ours_t)
+
+    def row(name, role, xla_us, ours, counted):
+        n, xla_t, ours_t = counted
+        return XlaComparison(name, role, xla_us, ours * 1e6 if ours is not None else None, n,
+                             xla_t[len(xla_t) // 2] if xla_t else None,
+                             ours_t[len(ours_t) // 2] * 1e6 if ours_t else None)
+
+    every = (sum(t[0] for t in transfers.values()), sorted(w for t in transfers.values() for w in t[1]),
+             sorted(w for t in transfers.values() for w in t[2]))
+    rows = [row(entry, "step (entry + loop bodies x trips)", xla_step_us(simulator, lhs), result.step_seconds, every)]
+    for name, comp in lhs.computations.items():
+        if name == entry:
+            rows.append(row(name, "entry computation (its loops count ~0)", comp.total_us, None, transfers[name]))
         else:
-            role, ours = "loop body", result.loop_iteration_seconds.get(name)
-        rows.append(XlaComparison(name, role, comp.total_us, ours * 1e6 if ours is not None else None, len(windows),
-                                  xla_t[len(xla_t) // 2] if xla_t else None,
-                                  ours_t[len(ours_t) // 2] * 1e6 if ours_t else None))
+            rows.append(row(name, "loop body (one iteration)", comp.total_us, result.loop_iteration_seconds.get(name),
+                            transfers[name]))
     return rows
 
 

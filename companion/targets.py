@@ -161,6 +161,16 @@ HOST_LINKS: dict[str, HostLink] = {
                        "both transfer; concurrent_gpus=1 is the what-if of one GPU alone); one GPU alone is "
                        "assumed to reach what a GH200 measures (380 / 296 GB/s)"),
         HostLink(
+            "nvlink_c2c_gb300_measured", "NVLink-C2C (GB300, as measured)", nominal_per_direction=450 * GB,
+            achievable_d2h=193.5 * GB, achievable_h2d=211.5 * GB, gpus_per_link=1,
+            host_memory_bytes_per_s=512 * GB, gpus_per_host_memory=2,
+            host_memory="one Grace's LPDDR5X behind two Blackwell Ultra GPUs",
+            sources=("NVIDIA/Megatron-LM issue #6491 (2026-08-15): nvbandwidth on 4 x GB300, copy engines: "
+                     "CPU->GPU 211.5 GB/s, GPU->CPU 193.5 GB/s per GPU alone, ~170-183 GB/s with all four at once",),
+            assumption="a GB300 measurement used as a labelled what-if for GB200 (the lab has no GB300 target): "
+                       "each GPU keeps its measured rate when its neighbour transfers (the four-at-once figures "
+                       "drop ~10 %, not by half); Grace's 512 GB/s shared by the two GPUs as on GB200"),
+        HostLink(
             "nvlink_c2c_vera_rubin", "NVLink-C2C (Vera Rubin, shared)", nominal_per_direction=900 * GB,
             achievable_d2h=2 * 296 * GB, achievable_h2d=2 * 380 * GB, gpus_per_link=2,
             host_memory_bytes_per_s=1200 * GB, gpus_per_host_memory=2,

@@ -12,7 +12,7 @@ import dataclasses
 import html
 
 from . import budget as budget_lib
-from . import models, policies, sharding, targets
+from . import fit, models, policies, sharding, targets
 
 GiB = 2**30
 SEQUENCES = (512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -55,8 +55,11 @@ def budget_view(model: str, batch: int, seq: int, policy: str, gpu: str, gpus: i
 def budget_message(result: budget_lib.Budget, target: targets.Target) -> str:
     """The explorer's one line: bytes per device, the verdict against usable HBM, the host bytes."""
     margin = result.margin_bytes / GiB
-    verdict = (f"fits: {margin:.1f} GiB of {_usable(target)} to spare" if result.fits
+    verdict = (f"fits: {margin:.1f} GiB of {_usable(target)} to spare" if result.fit.fits_device
                else f"does NOT fit: over {_usable(target)} by {-margin:.1f} GiB")
+    if not result.fit.fits_host:
+        verdict += (f"; does NOT fit host RAM: {result.host_bytes / GiB:.0f} GiB pinned per GPU over its "
+                    f"{result.host_limit_bytes / GiB:.0f} GiB limit")
     if result.at_scheduler_limit:
         verdict += " (at XLA's scheduler limit, where its heap's packing decides: check with XLA)"
     host = f"; {result.host_bytes / GiB:.1f} GiB offloaded to the host" if result.host_bytes else ""
@@ -403,9 +406,12 @@ def step_time_view(simulators, policy: str, pipelined: bool, batch: int, link: s
     body = (with_transfers or [lp.body for lp in loops] or [None])[0]
     what_if = f" (what-if: a {sim.target.gpu.key} has {sim.target.gpu.host_link.name})" \
         if link_obj.key != sim.target.gpu.host_link.key else ""
-    fits = "fits" if result.peak_device_bytes <= sim.target.usable_hbm_bytes else "does NOT fit"
+    verdict = fit.check(result.peak_device_bytes, result.host_bytes, sim.target)
+    fits = "fits" if verdict.fits_device else "does NOT fit"
     message = (f"{result.summary()}{what_if}; device {result.peak_device_bytes / GiB:.1f} GiB ({fits} in "
-               f"{_usable(sim.target)}), host {result.host_bytes / GiB:.1f} GiB")
+               f"{_usable(sim.target)}), host {result.host_bytes / GiB:.1f} GiB"
+               + ("" if verdict.fits_host else f" (does NOT fit host RAM: over {verdict.host_limit_bytes / GiB:.0f} GiB "
+                                               "per GPU)"))
     return StepTimeView(result, body, message)
 
 
@@ -504,10 +510,12 @@ def flag_view(runs, **toggles: bool) -> FlagView:
     run = next((r for r in runs if r.flag_set.flags == wanted), None)
     if run is None:
         return FlagView(spec, None, f"not compiled yet ({spec or 'MaxText flags'}): press 'compile'")
-    row = run.row()
+    row = run.row(runs[0])
+    versus = "" if run is runs[0] else f"; tokens/s vs {runs[0].label}: {row['vs baseline']}"
     return FlagView(spec, run, f"{run.label}: step {row['step ms']} ms (exposed transfers {row['exposed transfers ms']} "
                                f"ms, collectives {row['exposed collectives ms']} ms), device peak "
-                               f"{row['device peak GiB']} GiB, host transfers (covered) {row['host transfers (covered)']}")
+                               f"{row['device peak GiB']} GiB, host transfers (covered) {row['host transfers (covered)']}"
+                               + versus)
 
 
 def flag_explorer(runs: list, compile_run):

@@ -264,7 +264,8 @@ def test_deepseek_moe_paths_against_recorded_compiles(devices, mesh, policy, moe
     b = budget.estimate(cfg, devices, 4096, policy, sharding.parse_mesh(mesh, devices), target=target, flags=flags)
     assert b.peak_phase == phase
     assert b.device_bytes / GiB == pytest.approx(compiled, rel=band), b.table()
-    assert b.fits == (compiled * GiB <= target.usable_hbm_bytes)
+    assert b.fit.fits_device == (compiled * GiB <= target.usable_hbm_bytes)
+    assert b.fits == (b.fit.fits_device and b.host_bytes <= b.host_limit_bytes)  # and the host RAM behind the GPU
     if moe.get("dispatch", "grouped") != "dense" and devices == 512:
         assert "moe_tail_zeros" in {t.key for t in b.terms}
 

@@ -148,3 +148,36 @@ def test_a_run_s_bad_xla_flags_are_one_line_not_an_abort():
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: 2 XLA flags"), out.stderr
     assert 'ready to paste: XLA_FLAGS="--xla_gpu_enable_pipelined_all_gather=true"' in lines[0]
+
+
+def test_train_refuses_a_model_this_machine_cannot_hold_in_one_line():
+    import time
+
+    t = time.perf_counter()
+    out = companion("train", "--model", "llama3.1-8b", "--steps", "1")
+    assert out.returncode == 1 and time.perf_counter() - t < 30
+    line = out.stderr.strip()
+    assert "\n" not in line and line.startswith("error: train --model llama3.1-8b") and "GiB of host RAM" in line
+    assert "tiny-llama" in line and "Traceback" not in out.stderr
+
+
+def test_the_host_memory_check_passes_a_tiny_model_and_counts_the_state():
+    from companion import loop, models
+
+    tiny = loop.RunConfig(model="tiny-llama", steps=1)
+    loop.check_host_memory(tiny, 1, available=8 * 2**30)
+    big = loop.RunConfig(model="llama3.1-8b", steps=1)
+    assert loop.host_bytes_needed(big, 1) >= 16 * models.config("llama3.1-8b").param_count()
+    with pytest.raises(MemoryError, match="needs about"):
+        loop.check_host_memory(big, 1, available=2**40 // 8)
+
+
+def test_simulate_batch_max_compiles_under_usable_hbm_and_the_next_batch_does_not():
+    out = companion("simulate", "--model", "llama3.1-8b", "--target", "h100:1x8", "--seq", "4096", "--batch", "max",
+                    "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    found = result["batch_max"]
+    assert result["batch"] == found["batch"] > 0 and found["batch"] % 8 == 0
+    assert found["device_bytes"] <= found["usable_hbm_bytes"] < found["next_device_bytes"]
+    assert result["peak_device_bytes"] == found["device_bytes"] and result["step_seconds"] > 0

@@ -47,6 +47,10 @@ def test_lhs_off_moves_the_host_transfers_and_the_simulator_prices_it(lhs_runs):
                            "xla_gpu_enable_latency_hiding_scheduler": False}
     row = base.row()
     assert row["changed"] == "(baseline)" and row["host GiB"] > 0 and row["step ms"] > 0
+    # ranked against the baseline with the paired band: the same schedule ties, a moved one is ranked
+    ranked = experiments.rows(lhs_runs)
+    assert ranked[0]["vs baseline"] == "-" and ranked[1]["vs baseline"].startswith("tie (1.000-1.000)")
+    assert not ranked[2]["vs baseline"].startswith("tie")
 
 
 def test_experiments_validate_every_flag_set_before_compiling():

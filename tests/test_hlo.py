@@ -212,3 +212,33 @@ def test_async_window_lists_what_runs_between_a_start_and_its_done():
     assert [i.name for i in hlo.async_window(moved, "ds-start")] == ["w", "ag-start", "ag-done"]  # the read overlaps
     with pytest.raises(ValueError, match="no instruction 'nope'"):
         hlo.async_window(module, "nope")
+
+
+def test_a_scatter_into_a_buffer_costs_the_rows_it_touches():
+    """XLA's GPU scatter updates its operand in the output buffer: 8 rows added into 4096 cost 8 rows."""
+    text = """HloModule s
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}
+
+%fused (p0: f32[4096,256], p1: s32[8,1], p2: f32[8,256]) -> f32[4096,256] {
+  %p0 = f32[4096,256]{1,0} parameter(0)
+  %p1 = s32[8,1]{1,0} parameter(1)
+  %p2 = f32[8,256]{1,0} parameter(2)
+  ROOT %sc = f32[4096,256]{1,0} scatter(%p0, %p1, %p2), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add
+}
+
+ENTRY %main (a: f32[4096,256], i: s32[8,1], u: f32[8,256]) -> f32[4096,256] {
+  %a = f32[4096,256]{1,0} parameter(0)
+  %i = s32[8,1]{1,0} parameter(1)
+  %u = f32[8,256]{1,0} parameter(2)
+  ROOT %f = f32[4096,256]{1,0} fusion(%a, %i, %u), kind=kInput, calls=%fused
+}
+"""
+    module = hlo.parse_module(text)
+    (cost,) = [c for c in hlo.op_costs(module) if c.name == "f"]
+    rows = 8 * 256 * 4
+    assert cost.bytes == 3 * rows + 8 * 4  # the rows read and written, the updates, the indices

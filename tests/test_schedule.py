@@ -134,9 +134,9 @@ LOOP = """
 """
 
 
-@pytest.mark.parametrize("trips", [1, 7, 126])
-def test_a_loop_runs_its_body_trip_count_times(trips):
-    text = _module(
+def _loop_module(trips: int) -> str:
+    """A ``while`` of ``trips`` iterations of ``LOOP``'s body: two kernels and a host write."""
+    return _module(
         "  %a = f32[1024,1024]{1,0} parameter(0)\n"
         "  %zero = s32[] constant(0)\n"
         "  %init = (s32[], f32[1024,1024]{1,0}) tuple(%zero, %a)\n"
@@ -144,7 +144,11 @@ def test_a_loop_runs_its_body_trip_count_times(trips):
         f'backend_config={{"known_trip_count":{{"n":"{trips}"}}}}\n'
         "  ROOT %r = f32[1024,1024]{1,0} get-tuple-element(%w), index=1",
         extra=LOOP.replace("TRIPS", str(trips)))
-    sim = schedule.simulate(text, TARGET)
+
+
+@pytest.mark.parametrize("trips", [1, 7, 126])
+def test_a_loop_runs_its_body_trip_count_times(trips):
+    sim = schedule.simulate(_loop_module(trips), TARGET)
     fusion = _fusion_seconds(2 * MB4)
     add = _fusion_seconds(12)  # the s32 add: 3 x 4 bytes
     iteration = max(2 * fusion, fusion + MB4 / _bw("d2h")) + add
@@ -356,3 +360,113 @@ def test_offload_schematic_naive_adds_every_transfer_and_overlap_hides_what_comp
     for lane in ("d2h", "h2d"):
         spans = sorted((e.start, e.end) for e in over if e.lane == lane)
         assert all(a_end <= b_start + 1e-12 for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+
+
+# ----------------------------------------------------------------------------- what one stream does to another
+
+
+def test_exposed_transfer_time_splits_into_the_links_floor_and_the_schedules_excess():
+    """One transfer, one kernel under it and one after its done: the floor is the transfer beyond all the
+    scope's compute; the kernel after the done could have been under it, so it is the excess."""
+    sim = schedule.simulate(offload_module(1), TARGET)
+    transfer, fusion = MB4 / _bw("d2h"), _fusion_seconds(2 * MB4)
+    split = sim.exposed_transfer_split["d2h"]
+    assert split["floor_seconds"] == pytest.approx(transfer - 2 * fusion)
+    assert split["excess_seconds"] == pytest.approx(fusion)
+    assert split["floor_seconds"] + split["excess_seconds"] == pytest.approx(split["exposed_seconds"])
+
+
+@pytest.mark.parametrize("trips", [1, 7])
+def test_the_floor_is_counted_per_loop_iteration(trips):
+    sim = schedule.simulate(_loop_module(trips), TARGET)
+    transfer, fusion, add = MB4 / _bw("d2h"), _fusion_seconds(2 * MB4), _fusion_seconds(12)
+    assert sim.exposed_transfer_floor["d2h"] == pytest.approx(trips * (transfer - 2 * fusion - add))
+    assert sim.exposed_transfer_excess["d2h"] == pytest.approx(trips * (fusion + add))
+
+
+def _beside_a_collective(groups: str, transfer: bool) -> str:
+    """An all-gather over ``groups`` started together with (optionally) a host write, then four kernels."""
+    chain, last = _chain(4, "a")
+    return _module(
+        "  %a = f32[1024,1024]{1,0} parameter(0)\n"
+        f"  %ag = (f32[1024,1024]{{1,0}}, f32[2048,1024]{{1,0}}) all-gather-start(%a), replica_groups={groups}, "
+        "dimensions={0}\n"
+        + ("  %cs = (f32[1024,1024]{1,0:S(5)}, f32[1024,1024]{1,0}, u32[]) copy-start(%a)\n" if transfer else "")
+        + chain + "\n  %agd = f32[2048,1024]{1,0} all-gather-done(%ag)\n"
+        + ("  %cd = f32[1024,1024]{1,0:S(5)} copy-done(%cs)\n" if transfer else "")
+        + f"  ROOT %r = f32[1024,1024]{{1,0}} copy(%{last})")
+
+
+def test_compute_beside_a_collective_loses_ncclss_sms():
+    target = targets.target("h100", "1x8")
+    text = _beside_a_collective("{{0,1},{2,3},{4,5},{6,7}}", transfer=False)
+    with_sms = schedule.simulate(text, target)
+    without = schedule.simulate(text, target, cost_model=schedule.CostModel(
+        collectives=collectives.CollectiveModel(nccl_sms=0)))
+    sms = target.gpu.sm_count
+    assert with_sms.compute_seconds > without.compute_seconds
+    ag = next(e for e in without.events if e.lane == "nvlink")
+    stretched = (with_sms.compute_seconds - without.compute_seconds)
+    assert stretched == pytest.approx(min(ag.seconds, 4 * _fusion_seconds(2 * MB4)) * (sms / (sms - 16) - 1), rel=0.05)
+
+
+def test_pcie_shared_with_the_nic_slows_a_dgx_step_that_offloads_beside_scale_out_fsdp():
+    target = targets.target("h100", "2x8")  # DGX H100: each GPU and its NIC behind one PCIe switch
+    text = _beside_a_collective("{{0,8},{1,9},{2,10},{3,11},{4,12},{5,13},{6,14},{7,15}}", transfer=True)
+    shared = schedule.simulate(text, target)
+    apart = schedule.simulate(text, target, link=dataclasses.replace(target.link, carries_nic_traffic=False))
+    assert shared.busy_seconds["network"] > 0 and shared.busy_seconds["d2h"] > 0
+    assert shared.step_seconds > apart.step_seconds * 1.05
+    gh = targets.target("gh200", "2x4")  # NVLink-C2C to the host: the NIC has its own PCIe
+    assert not gh.link.carries_nic_traffic
+
+
+def _group_cost(groups: str, target) -> collectives.CollectiveCost:
+    text = """HloModule c
+
+ENTRY %main (a: bf16[1024,1024]) -> bf16[4096,1024] {
+  %a = bf16[1024,1024]{1,0} parameter(0)
+  %s = (bf16[1024,1024]{1,0}, bf16[4096,1024]{1,0}) all-gather-start(%a), replica_groups=GROUPS, dimensions={0}
+  ROOT %d = bf16[4096,1024]{1,0} all-gather-done(%s)
+}
+""".replace("GROUPS", groups)
+    module = hlo.parse_module(text)
+    return collectives.cost(module, module.computations["main"].by_name["s"], target)
+
+
+def test_a_lone_member_in_an_nvl72_rack_pays_its_nic_and_the_slowest_group_sets_the_time():
+    target = targets.target("gb200", "19x4")  # 76 GPUs: a full 72-GPU rack and 4 in the next
+    fab, model = collectives.fabric("gb200"), collectives.CollectiveModel()
+    wire = 4096 * 1024 * 2 * 3 / 4
+    inside = _group_cost("{{0,1,2,3},{4,5,6,7}}", target)
+    lone = _group_cost("{{0,1,2,3},{69,70,71,72}}", target)  # 72 is alone in the second rack
+    even = _group_cost("{{0,1,2,3},{70,71,72,73}}", target)  # two on each side
+    assert inside.lane == "nvlink" and lone.lane == even.lane == "network"
+    assert lone.fewest_in_a_domain == 1 and even.fewest_in_a_domain == 2
+    assert lone.seconds == pytest.approx(model.latency_seconds + wire / (fab.nic_per_gpu * model.network_efficiency))
+    assert even.seconds < lone.seconds and inside.seconds < even.seconds
+    # the same groups listed the other way round: still the slow group's time, not device 0's
+    assert _group_cost("{{69,70,71,72},{0,1,2,3}}", target).seconds == lone.seconds
+
+
+def test_a_ragged_all_to_all_without_its_routing_name_moves_its_smaller_buffer():
+    """jaxlib 0.10.2's async ragged all-to-alls keep no op_name: the combine, sending from the receive
+    buffer back, is priced as the rows the dispatch delivered, not the padded buffer."""
+    text = """HloModule r
+
+ENTRY %main (a: bf16[32768,1024], b: bf16[262144,1024], o: s64[8], s: s64[8]) -> bf16[32768,1024] {
+  %a = bf16[32768,1024]{1,0} parameter(0)
+  %b = bf16[262144,1024]{1,0} parameter(1)
+  %o = s64[8]{0} parameter(2)
+  %s = s64[8]{0} parameter(3)
+  ROOT %r = bf16[32768,1024]{1,0} ragged-all-to-all(%b, %a, %o, %s, %o, %s), replica_groups={{0,1,2,3,4,5,6,7}}
+}
+"""
+    module = hlo.parse_module(text)
+    instr = module.computations["main"].by_name["r"]
+    assert collectives.buffer_bytes(module, instr, "ragged-all-to-all") == 32768 * 1024 * 2
+    named = text.replace("replica_groups={{0,1,2,3,4,5,6,7}}",
+                         'replica_groups={{0,1,2,3,4,5,6,7}}, metadata={op_name="jit(f)/moe_all_to_all[rows=40000]/x"}')
+    module = hlo.parse_module(named)
+    instr = module.computations["main"].by_name["r"]
+    assert collectives.buffer_bytes(module, instr, "ragged-all-to-all") == 40000 * 1024 * 2

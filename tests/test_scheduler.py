@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from companion import compiler, dump, hlo, models, roofline, targets, train
+from companion import compiler, dump, hlo, models, roofline, schedule, targets, train
 
 STACK = models.config("llama3.1-8b", num_layers=2)
 
@@ -96,3 +96,20 @@ def test_reports_do_not_depend_on_the_users_log_level():
     assert [r["summary"] for r in quiet] == [r["summary"] for r in loud]
     assert [r["formula"] for r in quiet] == [r["formula"] for r in loud]
     assert all(r["logged"] is None for r in quiet)  # XLA's INFO line is simply absent there
+
+
+def test_xla_whole_step_is_the_entry_plus_each_loop_body_times_its_trips():
+    """XLA's dump totals the entry with every ``while`` at ~0: the step row counts the bodies by their trips."""
+    target = targets.target("h100", "1x8")
+    r = train.compile_layer_stack(models.config("llama3.1-8b", num_layers=8), "minimal_offloaded",
+                                  compiler.place(target), 8, 4096, dump=True)
+    sim = schedule.prepare(r, target)
+    rows = schedule.compare_with_xla(sim, sim.run(max_events=0), r.dump.schedule)
+    step, entry = rows[0], next(x for x in rows if x.role.startswith("entry"))
+    bodies = {x.computation: x.xla_us for x in rows if x.role.startswith("loop")}
+    loops = [(op.called[0], op.trips) for op in sim.program[sim.module.entry] if op.action == "while"]
+    assert loops and max(trips for _, trips in loops) > 1
+    assert not any(op.action == "while" for body, _ in loops for op in sim.program[body])  # one level deep
+    assert step.xla_us == pytest.approx(entry.xla_us + sum(trips * bodies[body] for body, trips in loops))
+    assert step.xla_us > entry.xla_us * 1.5 and entry.simulated_us is None
+    assert step.simulated_us == pytest.approx(sim.run(max_events=0).step_seconds * 1e6)

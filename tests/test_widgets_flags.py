@@ -11,9 +11,9 @@ class _Run:
     def __init__(self, label, spec):
         self.label, self.flag_set = label, flags.resolve(spec)
 
-    def row(self):
+    def row(self, baseline=None):
         return {"step ms": 1.0, "exposed transfers ms": 0.5, "exposed collectives ms": 0.1, "device peak GiB": 2.0,
-                "host transfers (covered)": "4 (2)"}
+                "host transfers (covered)": "4 (2)", "vs baseline": "-" if baseline in (None, self) else "tie (0.99-1.01)"}
 
 
 def test_flag_spec_joins_the_chosen_toggles():
@@ -28,6 +28,8 @@ def test_flag_view_finds_the_run_with_exactly_those_flags():
     assert widgets.flag_view(runs).run is runs[0]
     view = widgets.flag_view(runs, pipelined_offload=True)
     assert view.ok and view.run is runs[1] and view.message.startswith("pipelined: step 1.0 ms")
+    assert view.message.endswith("tokens/s vs MaxText's flags: tie (0.99-1.01)")
+    assert "tokens/s vs" not in widgets.flag_view(runs).message
     missing = widgets.flag_view(runs, pipelined_offload=True, async_limit_4=True)
     assert not missing.ok and "not compiled yet" in missing.message and "parallel_async_compute_limit=4" in missing.spec
     bad = widgets.flag_view(runs, turbo=True)
@@ -38,8 +40,8 @@ def test_flag_view_finds_the_run_with_exactly_those_flags():
 def test_a_preset_switch_is_described_as_such():
     from companion import experiments
 
-    run = experiments.FlagRun("O1", flags.resolve("none --jax_optimization_level=O1"), {}, "maxtext_gpu", None, None, None)
+    run = experiments.FlagRun("O1", flags.resolve("none --jax_optimization_level=O1"), {}, "maxtext_gpu", None, None, None, None)
     assert run.describe_change() == "preset none --jax_optimization_level=O1"
     same = experiments.FlagRun("limit", flags.resolve("--xla_gpu_memory_limit_slop_factor=80"),
-                               {"xla_gpu_memory_limit_slop_factor": 80}, "maxtext_gpu", None, None, None)
+                               {"xla_gpu_memory_limit_slop_factor": 80}, "maxtext_gpu", None, None, None, None)
     assert same.describe_change() == "xla_gpu_memory_limit_slop_factor=80"

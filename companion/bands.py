@@ -1,0 +1,232 @@
+"""Error bands of a simulated step: how far from a real run it may be, and whether one step beats another.
+
+The simulator's constants (``schedule.CostModel``, ``collectives.CollectiveModel``, the host link's
+bandwidth) are frozen at values from kernel measurements and the literature; each has a measured
+spread (``SWEEP``, with sources). ``sweep(report)`` re-prices the same compiled step at ``SAMPLES``
+points of that spread — a Latin hypercube with a fixed seed, the same points for every step of a
+GPU generation — and keeps the step time at each (``Sweep``).
+
+Two bands, each for its use:
+
+* ``error_band_abs`` — how fast: the nominal step widened by the larger of the simulator's error on
+  published runs (``ABSOLUTE_ERROR``: the frozen model's worst, ``benchmarks/bench_calibration.py``)
+  and the sweep's own spread. Use it for "a step of this model on this system takes about ...".
+* ``error_band_paired`` — which is faster: two steps on the same system priced with the *same* constants
+  at every sample, their ratio kept per sample (constants both steps share cancel). ``rank(a, b)``
+  calls a tie only when the ratio crosses 1 inside the sweep: then the model cannot tell them apart.
+  Use it for "policy A beats policy B". Rankings compare tokens per second (the same numerator for every
+  policy), which for steps of the same batch is step time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+from . import collectives as coll
+from . import schedule, targets
+from .targets import GB, HostLink
+
+SAMPLES = 12
+SEED = 20261205
+
+
+@dataclasses.dataclass(frozen=True)
+class Spread:
+    """One constant's measured range, and where it comes from."""
+
+    low: float
+    high: float
+    source: str
+
+
+# The constants that differ from one measurement to the next, per GPU generation where they differ.
+SWEEP: dict[str, Mapping[str, Spread]] = {
+    "matmul_efficiency": {
+        "hopper": Spread(0.70, 0.80, "best shape 80.3 % on H100 (ml-engineering MAMF); typical layer shapes lower"),
+        "blackwell": Spread(0.65, 0.75, "best shape 77.6 % B200 / 72.9 % GB200 (MAMF); cuBLAS 8192^3 72 % (pyptx)")},
+    "attention_efficiency": {
+        "hopper": Spread(0.45, 0.60, "cuDNN causal hdim128 S=4k: fwd 0.52, bwd 0.50; FA3 up to 0.62 (arXiv 2407.08608)"),
+        "blackwell": Spread(0.45, 0.60, "as Hopper (an assumption; FA4 best shape 0.71, arXiv 2603.05451)")},
+    "grouped_efficiency": {
+        "hopper": Spread(0.55, 0.66, "TE grouped GEMM on H100, 8-16 experts: 0.56-0.66 (TransformerEngine PR #2045)"),
+        "blackwell": Spread(0.53, 0.66, "Hopper's ratio to the dense GEMM on B200 (an assumption)")},
+    "hbm_efficiency": {"any": Spread(0.80, 0.90, "streaming kernels reach 80-90 % of the datasheet bandwidth")},
+    "kernel_gap_seconds": {"any": Spread(1e-6, 5e-6, "launch gaps 2.6-6.4 us measured on other GPUs (ocannl #488); "
+                                                      "no H100 figure: an assumption")},
+    "nvlink_efficiency": {"any": Spread(0.75, 0.85, "nccl-tests all-gather / reduce-scatter on 8 x H200: 80-81 %")},
+    "network_efficiency": {"any": Spread(0.73, 0.96, "EFA 4 nodes 73 % of line rate; NDR 46-48 of 50 GB/s "
+                                                      "(NVIDIA/nccl-tests #290)")},
+    "nccl_sms": {"any": Spread(6, 16, "16 SMs on DGX with 8 NICs (NVIDIA/nccl #689); 6 with NVLSTree")},
+}
+
+# Each host link's measured spread per GPU, (d2h, h2d) in bytes/s: what the sweep gives one GPU alone
+# (the link's own sharing rules then apply).
+LINK_SWEEP: dict[str, tuple[Spread, Spread]] = {
+    "pcie5_x16": (Spread(47 * GB, 55.2 * GB, "nvbandwidth CE: 55.1-55.4 one way, 47-51 both ways at once"),
+                  Spread(47 * GB, 55.4 * GB, "same")),
+    "nvlink_c2c_gh200": (Spread(170 * GB, 296 * GB, "GH200 D2H: ~170 GB/s (4 x GH200, nvbandwidth, Megatron-LM "
+                                                    "#6491) to 296 (OpenCL transcript)"),
+                         Spread(346 * GB, 421 * GB, "GH200 H2D: 346 (nvbandwidth #23) to 411-421 (Megatron-LM #6491)")),
+    "nvlink_c2c_gb200": (Spread(193 * GB, 296 * GB, "no GB200 measurement: GB300's 193 GB/s (Megatron-LM #6491) to "
+                                                    "the lab's GH200-like assumption"),
+                         Spread(211 * GB, 380 * GB, "GB300's 211 GB/s to the GH200-like assumption")),
+    "nvlink_c2c_gb300_measured": (Spread(170 * GB, 193.5 * GB, "GB300 D2H: 193.5 alone, ~170 four at once (#6491)"),
+                                  Spread(183 * GB, 211.5 * GB, "GB300 H2D: 211.5 alone, ~183 four at once (#6491)")),
+}
+
+# The frozen simulator's worst |error| on the published step times it was held against
+# (benchmarks/results/calibration.json, its "worst_abs_error"; tests/test_bands.py keeps the two equal).
+ABSOLUTE_ERROR = 0.283
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    """One step's simulated seconds at the nominal constants and at each sweep sample."""
+
+    nominal_seconds: float
+    sample_seconds: tuple[float, ...]
+    tokens: float | None  # per GPU per step (None without a workload)
+    generation: str
+    link: str
+
+    def tokens_per_second(self, seconds: float) -> float:
+        return (self.tokens or 1.0) / seconds
+
+    def error_band_abs(self) -> dict:
+        """How fast: the nominal step widened by the calibration error, and further where the sweep reaches."""
+        low = min([self.nominal_seconds * (1 - ABSOLUTE_ERROR), *self.sample_seconds])
+        high = max([self.nominal_seconds * (1 + ABSOLUTE_ERROR), *self.sample_seconds])
+        return {"low_seconds": low, "high_seconds": high, "calibration_error": ABSOLUTE_ERROR,
+                "sweep_seconds": [min(self.sample_seconds), max(self.sample_seconds)],
+                "basis": "the nominal step +- the frozen simulator's worst error on published runs (bench_calibration), "
+                         "widened to the step's range over its constants' measured spread (bands.SWEEP) where that "
+                         "reaches further"}
+
+    def error_band_paired(self) -> dict:
+        """The per-sample seconds another step's sweep is compared with, sample by sample (``rank``)."""
+        return {"samples": SAMPLES, "seed": SEED, "generation": self.generation, "link": self.link,
+                "nominal_seconds": self.nominal_seconds, "sample_seconds": list(self.sample_seconds),
+                "tokens": self.tokens}
+
+    def to_dict(self) -> dict:
+        return {"error_band_abs": self.error_band_abs(), "error_band_paired": self.error_band_paired()}
+
+    def summary(self) -> str:
+        band = self.error_band_abs()
+        return (f"how fast: {_ms(band['low_seconds'])}-{_ms(band['high_seconds'])} ms per step (the simulator's worst "
+                f"error on published runs, +-{ABSOLUTE_ERROR:.0%}, or its constants' spread, "
+                f"{_ms(band['sweep_seconds'][0])}-{_ms(band['sweep_seconds'][1])} ms, whichever reaches further)")
+
+
+def _ms(seconds: float) -> str:
+    """Milliseconds to three significant figures (at least)."""
+    ms = seconds * 1e3
+    return f"{ms:.0f}" if ms >= 100 else f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Ranking:
+    """Two steps compared sample by sample: ``ratio`` = a's tokens/s over b's (> 1: a faster)."""
+
+    a: str
+    b: str
+    ratio: float  # at the nominal constants
+    low: float  # the smallest ratio over the sweep
+    high: float
+
+    @property
+    def tie(self) -> bool:
+        return self.low <= 1 <= self.high
+
+    @property
+    def faster(self) -> str | None:
+        return None if self.tie else (self.a if self.ratio > 1 else self.b)
+
+    def summary(self) -> str:
+        if self.tie:
+            return (f"{self.a} vs {self.b}: a tie — {self.ratio - 1:+.1%} at the nominal constants, "
+                    f"{self.low - 1:+.1%} to {self.high - 1:+.1%} over their measured spread")
+        slow, fast = (self.b, self.a) if self.ratio > 1 else (self.a, self.b)
+        factor = self.ratio if self.ratio > 1 else 1 / self.ratio
+        lo, hi = (self.low, self.high) if self.ratio > 1 else (1 / self.high, 1 / self.low)
+        return f"{fast} is {factor:.3f}x {slow}'s tokens/s ({lo:.3f}-{hi:.3f}x over the constants' spread)"
+
+    def short(self) -> str:
+        """For a table cell: a's tokens/s over b's with the paired band, or "tie"."""
+        band = f"{self.low:.3f}-{self.high:.3f}"
+        return f"tie ({band})" if self.tie else f"{self.ratio:.3f}x ({band})"
+
+    def to_dict(self) -> dict:
+        return {"a": self.a, "b": self.b, "ratio": self.ratio, "low": self.low, "high": self.high, "tie": self.tie,
+                "faster": self.faster}
+
+
+def rank(a: Sweep, b: Sweep, names: tuple[str, str] = ("a", "b")) -> Ranking:
+    """Which step has more tokens per second, sample by sample (the same constants for both)."""
+    if (a.generation, a.link) != (b.generation, b.link) or len(a.sample_seconds) != len(b.sample_seconds):
+        raise ValueError(f"paired bands compare steps swept the same way: {a.generation}/{a.link} with "
+                         f"{len(a.sample_seconds)} samples against {b.generation}/{b.link} with {len(b.sample_seconds)}")
+    ratios = [a.tokens_per_second(x) / b.tokens_per_second(y) for x, y in zip(a.sample_seconds, b.sample_seconds)]
+    nominal = a.tokens_per_second(a.nominal_seconds) / b.tokens_per_second(b.nominal_seconds)
+    return Ranking(*names, nominal, min(ratios + [nominal]), max(ratios + [nominal]))
+
+
+def _points(dims: int) -> list[list[float]]:
+    """``SAMPLES`` Latin-hypercube points in the unit cube (a fixed seed: the same for every step)."""
+    import numpy as np
+
+    rng = np.random.default_rng(SEED)
+    cols = [(rng.permutation(SAMPLES) + rng.random(SAMPLES)) / SAMPLES for _ in range(dims)]
+    return [[float(c[i]) for c in cols] for i in range(SAMPLES)]
+
+
+def _spread(name: str, generation: str) -> Spread:
+    per = SWEEP[name]
+    return per.get(generation) or per["any"]
+
+
+def sample_models(target: targets.Target, nic_per_gpu: float | None = None,
+                  domain_gpus: int | None = None) -> list[tuple[schedule.CostModel, HostLink]]:
+    """The sweep's cost models and host links for ``target`` (its generation's spreads); ``nic_per_gpu``,
+    ``domain_gpus``: the system's own NIC rate and GPUs per NVLink domain (``CollectiveModel``)."""
+    generation = target.gpu.architecture.name
+    names = list(SWEEP)
+    link_spread = LINK_SWEEP.get(target.link.key)
+    out = []
+    for point in _points(len(names) + 1):
+        v = {n: _spread(n, generation).low + u * (_spread(n, generation).high - _spread(n, generation).low)
+             for n, u in zip(names, point)}
+        collectives = coll.CollectiveModel(nvlink_efficiency=v["nvlink_efficiency"],
+                                           network_efficiency=v["network_efficiency"],
+                                           nccl_sms=int(round(v["nccl_sms"])), nic_per_gpu=nic_per_gpu,
+                                           domain_gpus=domain_gpus)
+        model = schedule.CostModel(matmul_efficiency=v["matmul_efficiency"],
+                                   attention_efficiency=v["attention_efficiency"],
+                                   grouped_efficiency=v["grouped_efficiency"],
+                                   grouped_wgrad_efficiency=v["grouped_efficiency"] * 0.55 / 0.60,
+                                   hbm_efficiency=v["hbm_efficiency"], kernel_gap_seconds=v["kernel_gap_seconds"],
+                                   collectives=collectives)
+        link = target.link
+        if link_spread is not None:
+            u = point[-1]  # one draw for both directions: a slow link is slow both ways
+            link = dataclasses.replace(link, achievable_d2h=link_spread[0].low + u * (link_spread[0].high - link_spread[0].low),
+                                       achievable_h2d=link_spread[1].low + u * (link_spread[1].high - link_spread[1].low))
+        out.append((model, link))
+    return out
+
+
+def sweep(compiled, target: targets.Target | str | None = None, link: HostLink | str | None = None,
+          nic_per_gpu: float | None = None, domain_gpus: int | None = None) -> Sweep:
+    """The step of a ``CompileReport`` at the nominal constants and at each sample of the sweep (``SAMPLES``
+    re-pricings of the same schedule: a few seconds for a full-size step)."""
+    nominal_model = schedule.CostModel(collectives=coll.CollectiveModel(nic_per_gpu=nic_per_gpu,
+                                                                          domain_gpus=domain_gpus))
+    nominal = schedule.prepare(compiled, target, cost_model=nominal_model)
+    target = nominal.target.with_link(link) if link is not None else nominal.target
+    base = nominal.run(target.link, max_events=0)
+    seconds = []
+    for model, sample_link in sample_models(target, nic_per_gpu, domain_gpus):
+        sim = schedule.prepare(compiled, target, cost_model=model)
+        seconds.append(sim.run(sample_link, max_events=0).step_seconds)
+    return Sweep(base.step_seconds, tuple(seconds), base.tokens, target.gpu.architecture.name, target.link.key)
