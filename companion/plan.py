@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
-from . import bands, caveats, fit
+from . import bands, fit
 from . import budget as budget_lib
 from . import compiler, schedule, sharding, targets, train
 from .fit import HOST_RAM_SHARE, host_limit_bytes

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .targets import GB
 
 A3_HIGH_NIC = 4 * 200e9 / 8 / 8  # bytes/s per GPU each way: 4 x 200 Gb/s per 8 GPUs
 A3_MEGA_NIC = 8 * 200e9 / 8 / 8
