@@ -8,9 +8,11 @@ GPU generation — and keeps the step time at each (``Sweep``).
 
 Two bands, each for its use:
 
-* ``error_band_abs`` — how fast: the nominal step widened by the larger of the simulator's error on
-  published runs (``ABSOLUTE_ERROR``: the frozen model's worst, ``benchmarks/bench_calibration.py``)
-  and the sweep's own spread. Use it for "a step of this model on this system takes about ...".
+* ``error_band_abs`` — how fast: the nominal step ± the simulator's error on published runs
+  (``ABSOLUTE_ERROR``: the frozen model's worst, ``benchmarks/bench_calibration.py``), widened to the
+  step's range over the sweep where that reaches further. Use it for "a step of this model on this
+  system takes about ...". On the published dense Llama runs (H100/H200) the real steps were 15-28 %
+  slower than simulated; the band stays symmetric because the Mixtral run simulated 2 % slow.
 * ``error_band_paired`` — which is faster: two steps on the same system priced with the *same* constants
   at every sample, their ratio kept per sample (constants both steps share cancel). ``rank(a, b)``
   calls a tie only when the ratio crosses 1 inside the sweep: then the model cannot tell them apart.
