@@ -716,9 +716,11 @@ def plan(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None =
                          f"{min(k.device_bytes for _, k in checked) / GiB:.1f} GiB of {usable / GiB:.1f} usable): try a "
                          "larger --max-compiles, more GPUs or a smaller --margin-gib")
     (mesh_, best), tie_break = _choose(fitting)
+    light = {id(k): dataclasses.replace(k, report=None) for _, k in checked}  # the compiles are not kept: GiBs at 671B
+    best = light[id(best)]
     tensors = _explain(cfg, best.candidate, mesh_, seq, *orders[tuple(mesh_.items())], target)
     return Plan(cfg.name, target.name, n, target.topology.gpus_per_host, seq, mesh_, target.mem_fraction, usable,
-                host_limit, best, tuple(k for _, k in checked), tuple(tensors), found.searched, len(feasible),
+                host_limit, best, tuple(light[id(k)] for _, k in checked), tuple(tensors), found.searched, len(feasible),
                 found.seconds, time.perf_counter() - t0, flag_sets[best.candidate.pipelined], cfg,
                 margin.of(usable), tie_break, processes_per_node, for_jaxlib)
 
