@@ -194,11 +194,11 @@ def sample_models(target: targets.Target, nic_per_gpu: float | None = None,
     ``domain_gpus``: the system's own NIC rate and GPUs per NVLink domain (``CollectiveModel``)."""
     generation = target.gpu.architecture.name
     names = list(SWEEP)
+    spreads = {n: _spread(n, generation) for n in names}
     link_spread = LINK_SWEEP.get(target.link.key)
     out = []
     for point in _points(len(names) + 1):
-        v = {n: _spread(n, generation).low + u * (_spread(n, generation).high - _spread(n, generation).low)
-             for n, u in zip(names, point)}
+        v = {n: spreads[n].low + u * (spreads[n].high - spreads[n].low) for n, u in zip(names, point)}
         collectives = coll.CollectiveModel(nvlink_efficiency=v["nvlink_efficiency"],
                                            network_efficiency=v["network_efficiency"],
                                            nccl_sms=int(round(v["nccl_sms"])), nic_per_gpu=nic_per_gpu,

@@ -151,23 +151,34 @@ class Comparison:
     """One published run against the lab's simulation of its closest configuration."""
 
     run: PublishedRun
-    simulated_step_seconds: float
-    simulated_tokens_per_s_per_gpu: float | None
-    sweep_low_seconds: float
-    sweep_high_seconds: float
+    sweep: Any = dataclasses.field(repr=False)  # bands.Sweep: the step at the frozen constants and over their spread
     compile_seconds: float
     link: str  # the host link it was priced on
-    sweep: Any = dataclasses.field(repr=False, default=None)  # bands.Sweep
     report: Any = dataclasses.field(repr=False, default=None)  # the CompileReport, to re-price on another link
+
+    @property
+    def simulated_step_seconds(self) -> float:
+        return self.sweep.nominal_seconds
+
+    @property
+    def simulated_tokens_per_s_per_gpu(self) -> float | None:
+        return None if self.sweep.tokens is None else self.sweep.tokens / self.sweep.nominal_seconds
+
+    @property
+    def sweep_low_seconds(self) -> float:
+        return min(self.sweep.sample_seconds)
+
+    @property
+    def sweep_high_seconds(self) -> float:
+        return max(self.sweep.sample_seconds)
 
     @property
     def measured_step_seconds(self) -> float | None:
         r = self.run
         if r.measured_step_seconds is not None:
             return r.measured_step_seconds
-        if r.measured_tokens_per_s_per_gpu and self.simulated_tokens_per_s_per_gpu:
-            tokens = self.simulated_tokens_per_s_per_gpu * self.simulated_step_seconds
-            return tokens / r.measured_tokens_per_s_per_gpu
+        if r.measured_tokens_per_s_per_gpu and self.sweep.tokens:
+            return self.sweep.tokens / r.measured_tokens_per_s_per_gpu
         return None
 
     @property
@@ -195,7 +206,7 @@ def compare(r: PublishedRun, link: str | None = None, report=None) -> Comparison
     ``link``: price it on another host link (a what-if such as C5's); ``report``: a step already compiled."""
     import time
 
-    from . import bands, collectives, compiler, models, schedule, sharding, targets, train
+    from . import bands, compiler, models, sharding, targets, train
 
     target = targets.target(r.target)
     t0 = time.perf_counter()
@@ -208,9 +219,5 @@ def compare(r: PublishedRun, link: str | None = None, report=None) -> Comparison
                                     r.batch, r.seq, flags=r.flags)
     seconds = time.perf_counter() - t0
     target = target.with_link(link) if link else target
-    fabric = {"nic_per_gpu": r.nic_per_gpu, "domain_gpus": r.domain_gpus}
-    model = schedule.CostModel(collectives=collectives.CollectiveModel(**fabric))
-    sim = schedule.simulate(report, target, cost_model=model, max_events=0)
-    swept = bands.sweep(report, target, **fabric)
-    return Comparison(r, sim.step_seconds, sim.tokens_per_second, min(swept.sample_seconds), max(swept.sample_seconds),
-                      seconds, target.link.key, swept, report)
+    swept = bands.sweep(report, target, nic_per_gpu=r.nic_per_gpu, domain_gpus=r.domain_gpus)  # nominal included
+    return Comparison(r, swept, seconds, target.link.key, report)
