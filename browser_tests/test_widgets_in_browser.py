@@ -1,9 +1,10 @@
 """The notebooks' widgets in a real browser: JupyterLab (as `make lab` starts it: 127.0.0.1, token on)
 driven by headless Chromium (Debian's `chromium` and `chromium-driver`, through Selenium).
 
-For notebooks 01, 02 and 03: run every cell, change one input of the notebook's widget, and check that
-the widget now shows what its pure function (`widgets.budget_view`, `widgets.policy_view`) gives for
-that input; in 01, press "check with XLA" and wait for the compiler's answer. Also: the server refuses a
+For every notebook with a widget (01-06): run every cell, change an input of the notebook's widget, and
+check that the widget now shows what its pure function (`widgets.budget_view`, `policy_view`,
+`step_time_view`, `flag_view`, `plan_view`) gives for that input; in 01, 04 and 06, press the compile
+button once and wait for the compiler's answer. Also: the server refuses a
 request without the token. A failing check leaves a screenshot in `browser_tests/screenshots/`.
 
 Run with `make test-browser` (not part of `make test`: it needs Chromium).
@@ -135,3 +136,84 @@ def test_policy_explorer_follows_its_pure_function(lab, browser, notebook, offlo
     spec["mlpwi_0"] = choice
     changed = widgets.policy_view(spec).message
     _status_shows(browser, changed)
+
+
+def _select(driver, label: str, visible_text: str) -> None:
+    xpath = f"//label[normalize-space()='{label}']/following-sibling::select"
+    Select(driver.find_element(By.XPATH, xpath)).select_by_visible_text(visible_text)
+
+
+def _wait_for_control(driver, label: str, timeout: float = 300) -> None:
+    xpath = f"//label[normalize-space()='{label}']/following-sibling::select"
+    WebDriverWait(driver, timeout).until(lambda d: d.find_elements(By.XPATH, xpath))
+
+
+def _type(driver, label: str, text: str) -> None:
+    """Replace a text or number box's value and commit it (Enter: the widgets update on commit)."""
+    from selenium.webdriver.common.keys import Keys
+
+    box = driver.find_element(By.XPATH, f"//label[normalize-space()='{label}']/following-sibling::input")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(text, Keys.ENTER)
+
+
+def _press(driver, text: str) -> None:
+    next(b for b in driver.find_elements(By.CSS_SELECTOR, "button") if b.text.strip() == text).click()
+
+
+def test_step_time_explorer_follows_its_pure_function_and_compiles(lab, browser):
+    """Notebook 04: another link re-prices the cached pipelined compile as `widgets.step_time_view` does; the
+    compile button compiles a batch not cached yet."""
+    from companion import compiler, schedule, targets, train
+
+    base, token = lab
+    _run_all(browser, base, token, "04_pipelined_offload.ipynb")
+    _wait_for_control(browser, "link")
+    report = train.compile_step(train.trainer("llama3.1-8b", "minimal_offloaded"),
+                                compiler.place(targets.target("h100", "1x8")), 8, 8192,
+                                flags="--xla_gpu_enable_pipelined_host_offloading=true")
+    sims = {widgets.step_time_key("minimal_offloaded", True, 8): schedule.prepare(report)}
+    _status_shows(browser, widgets.step_time_view(sims, "minimal_offloaded", True, 8, "pcie5_x16").message)
+    gh200 = targets.host_link("nvlink_c2c_gh200")
+    _select(browser, "link", f"{gh200.name} (what-if)")
+    _status_shows(browser, widgets.step_time_view(sims, "minimal_offloaded", True, 8, "nvlink_c2c_gh200").message)
+    _select(browser, "batch B", "16")
+    _status_shows(browser, "is not compiled yet")
+    _press(browser, "compile")
+    _status_shows(browser, "h100:1x8 over nvlink_c2c_gh200: step", timeout=300)
+
+
+def test_flag_explorer_follows_its_pure_function(lab, browser):
+    """Notebook 05: ticking a flag shows the cached compile with exactly those flags, as `widgets.flag_view`."""
+    from companion import compiler, experiments, models, targets, train
+
+    base, token = lab
+    _run_all(browser, base, token, "05_scheduler_flags.ipynb")
+    xpath = "//label[normalize-space()='async limit 4']//input"
+    WebDriverWait(browser, 400).until(lambda d: d.find_elements(By.XPATH, xpath))
+    placement = compiler.place(targets.target("h100", "1x8"))
+    stack = models.config("llama3.1-8b", num_layers=16)
+    runs = experiments.run(lambda fs: train.compile_layer_stack(stack, "minimal_offloaded", placement, 8, 4096, flags=fs),
+                           {"MaxText's flags": None, "async limit 4": widgets.FLAG_TOGGLES["async_limit_4"]})
+    browser.find_element(By.XPATH, xpath).click()
+    _status_shows(browser, widgets.flag_view(runs, async_limit_4=True).message)
+
+
+def test_plan_explorer_follows_its_pure_function_and_compiles(lab, browser):
+    """Notebook 06: another MoE capacity re-runs the budget search as `widgets.plan_view`; on an 8B on 8 H100
+    (a few seconds to compile) the button runs the planner's compile and simulation."""
+    base, token = lab
+    _run_all(browser, base, token, "06_maxtext_scale.ipynb")
+    _wait_for_control(browser, "MoE capacity")
+    _status_shows(browser, widgets.plan_view().message)
+    _select(browser, "MoE capacity", "2x the balanced rows")
+    _status_shows(browser, widgets.plan_view(capacity=2.0).message)
+    _select(browser, "model", "llama3.1-8b")
+    _select(browser, "GPU", "h100")
+    _type(browser, "GPUs", "8")
+    _type(browser, "mesh", "fsdp=8")
+    _status_shows(browser, widgets.plan_view(model="llama3.1-8b", gpu="h100", gpus=8, mesh="fsdp=8",
+                                             capacity=2.0).message)
+    _press(browser, "compile and simulate")
+    # the planner's compiled answer: its plan, or its one line on why no finalist fits once compiled
+    _status_shows(browser, "compiled", timeout=300)

@@ -114,6 +114,16 @@ class Sweep:
     def to_dict(self) -> dict:
         return {"error_band_abs": self.error_band_abs(), "error_band_paired": self.error_band_paired()}
 
+    @classmethod
+    def from_paired(cls, stored: dict) -> "Sweep":
+        """A sweep back from its ``error_band_paired()`` (a stored benchmark's), refused if it was drawn
+        with other samples than this checkout's: paired bands compare the same draws only."""
+        if (stored["samples"], stored["seed"]) != (SAMPLES, SEED):
+            raise ValueError(f"stored sweep drew {stored['samples']} samples with seed {stored['seed']}, this lab "
+                             f"{SAMPLES} with seed {SEED}: rerun the benchmark that stored it")
+        return cls(stored["nominal_seconds"], tuple(stored["sample_seconds"]), stored["tokens"],
+                   stored["generation"], stored["link"])
+
     def summary(self) -> str:
         band = self.error_band_abs()
         return (f"how fast: {_ms(band['low_seconds'])}-{_ms(band['high_seconds'])} ms per step (the simulator's worst "
@@ -232,3 +242,14 @@ def sweep(compiled, target: targets.Target | str | None = None, link: HostLink |
         sim = schedule.prepare(compiled, target, cost_model=model)
         seconds.append(sim.run(sample_link, max_events=0).step_seconds)
     return Sweep(base.step_seconds, tuple(seconds), base.tokens, target.gpu.architecture.name, target.link.key)
+
+
+def rank_stored(records, a: str, b: str) -> Ranking:
+    """Rank two stored step records (``steps.record``, e.g. from ``benchmarks/results/central.json``) by
+    their labels, with the paired band of their stored sweeps."""
+    sweeps = {r["label"]: Sweep.from_paired(r["sweep"]) for r in records if "sweep" in r}
+    missing = [label for label in (a, b) if label not in sweeps]
+    if missing:
+        raise ValueError(f"no stored sweep for {', '.join(map(repr, missing))} (a step that does not fit is not "
+                         f"ranked); ranked steps: {', '.join(sorted(sweeps))}")
+    return rank(sweeps[a], sweeps[b], (a, b))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Collection, Mapping
 
-from . import bands, schedule
+from . import bands, hlo, schedule
 from . import flags as xla_flags
 from .targets import HostLink
 
@@ -52,8 +52,30 @@ class FlagRun:
         return " ".join(f"{k}={xla_flags.format_value(v) if v is not None else '(default)'}"
                         for k, v in self.changed.items()) or "(baseline)"
 
-    def row(self, baseline: "FlagRun | None" = None) -> dict[str, Any]:
-        """The run's table row; against ``baseline``, its tokens/s ratio with the paired band (or a tie)."""
+    def seconds_per_layer(self, layers: int) -> float:
+        """One decoder layer's forward and backward in the loops' steady state: each scanned loop's
+        simulated iteration over the layers one iteration holds (``round(layers / trips)``: 2 where XLA
+        double-buffers the loop, whatever iterations pipelining peels). The entry computation's first
+        and last layers are left out, so a deep step's time is about ``layers`` x this."""
+        total = 0.0
+        for loop in hlo.loops(self.simulator.module):
+            seconds = self.simulation.loop_iteration_seconds.get(loop.body)
+            if seconds is not None and loop.trips:
+                total += seconds / max(1, round(layers / loop.trips))
+        return total
+
+    def attribution(self, baseline: "FlagRun") -> dict[str, float]:
+        """Where the step's change against ``baseline`` comes from, in seconds: exposed host transfers,
+        exposed collectives, and the rest (compute and launch order); the three add up to the change."""
+        s, b = self.simulation, baseline.simulation
+        transfers = s.exposed_transfer_seconds - b.exposed_transfer_seconds
+        collectives = s.exposed_collective_seconds - b.exposed_collective_seconds
+        return {"transfers": transfers, "collectives": collectives,
+                "rest": s.step_seconds - b.step_seconds - transfers - collectives}
+
+    def row(self, baseline: "FlagRun | None" = None, layers: int | None = None) -> dict[str, Any]:
+        """The run's table row; against ``baseline``, its tokens/s ratio with the paired band (or a tie)
+        and the change of its step split by cause; with ``layers``, the steady-state time per layer."""
         r, s = self.report, self.simulation
         cover = self.cover
         transfers = sum(c["transfers"] for c in cover.values())
@@ -71,6 +93,10 @@ class FlagRun:
                             else bands.rank(self.sweep, baseline.sweep, (self.label, baseline.label)).short()),
             "exposed transfers ms": round(s.exposed_transfer_seconds * 1e3, 1),
             "exposed collectives ms": round(s.exposed_collective_seconds * 1e3, 1),
+            **({} if layers is None else {"ms per layer (steady)": round(self.seconds_per_layer(layers) * 1e3, 2)}),
+            "change ms: transfers / collectives / rest": (
+                "-" if baseline is None or baseline is self
+                else " / ".join(f"{v * 1e3:+.1f}" for v in self.attribution(baseline).values())),
             "compile": f"{r.compile_seconds:.1f} s (wall clock)",
         }
 
@@ -94,6 +120,7 @@ def run(compile_fn: Callable[..., Any], flag_sets: Mapping[str, Any], *, link: H
     return runs
 
 
-def rows(runs: list[FlagRun]) -> list[dict[str, Any]]:
-    """Table rows, each ranked against the first run (the baseline)."""
-    return [r.row(runs[0]) for r in runs]
+def rows(runs: list[FlagRun], layers: int | None = None) -> list[dict[str, Any]]:
+    """Table rows, each ranked against the first run (the baseline); ``layers``: the step's decoder
+    layers, for the steady-state time per layer."""
+    return [r.row(runs[0], layers) for r in runs]

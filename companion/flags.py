@@ -62,9 +62,9 @@ _UNROLL = ("WHILE_LOOP_UNROLLING_NO_UNROLL", "WHILE_LOOP_UNROLLING_DOUBLE_BUFFER
 _COMBINE_DEFAULT = 30 * 1024 * 1024 + 7  # kDefault*CombineThreshold in xla/service/collective_utils.h
 
 _LHS_ON = ("It also runs without this flag at optimization level O1+ (jax_optimization_level, or an exec-time "
-           "effort >= 0.2), with a PGLE profile, or when the speed-of-light estimator supports the module "
-           "(Hopper/Blackwell, supported collectives only, xla_gpu_enable_analytical_sol_latency_estimator on) "
-           "- IsLHSEnabled, gpu_hlo_schedule.cc.")
+           "effort >= 0.2), with a PGLE profile, or when the speed-of-light estimator's support check passes "
+           "(Hopper or Blackwell, supported collectives only, xla_gpu_enable_analytical_sol_latency_estimator on) "
+           "- IsLHSEnabled, gpu_hlo_schedule.cc; so it is on by default on both.")
 _O1_PIPELINERS = "At O1+ all three collective pipeliners run whatever their flags say."
 
 CATALOG: dict[str, Flag] = {
@@ -87,8 +87,10 @@ CATALOG: dict[str, Flag] = {
              "Cost ops with the analytical estimator (GPU performance model); a host transfer costs a "
              "5 us launch, whatever its bytes.", "scheduler"),
         Flag("xla_gpu_enable_analytical_sol_latency_estimator", "bool", True,
-             "Cost ops with the speed-of-light estimator on Hopper/Blackwell (matmul and fusion models, "
-             "collectives by bytes); a host transfer falls back to a fixed 5000 us, whatever its bytes.",
+             "Cost ops with the speed-of-light estimator (matmul and fusion models, collectives by bytes): on "
+             "Hopper; on Blackwell at jaxlib 0.10.2 it fails to build and every kernel costs a constant 1000 "
+             "(T-shirt sizes, notebook 05), though its support check still turns the scheduler on. A host "
+             "transfer costs a fixed 5000 us either way, whatever its bytes.",
              "scheduler"),
         Flag("xla_gpu_analytical_latency_estimator_options", "string", "",
              "Options of the analytical/SOL estimators' network model (nccl_op_launch_us, nic_speed_gbps, "

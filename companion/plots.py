@@ -328,3 +328,31 @@ def step_bars(sims: Mapping[str, object], *, title: str = ""):
     ax.set_title(title)
     fig.tight_layout()
     return fig
+
+
+KIND_COLORS = {"matmul": "#4C72B0", "grouped_matmul": "#64B5CD", "attention": "#8172B2", "other_compute": "#8C8C8C",
+               "copy": "#CCB974", "collective:nvlink": "#DD8452", "collective:network": "#C44E52",
+               "transfer:d2h": "#55A868", "transfer:h2d": "#2E7D32"}
+
+
+def time_by_kind_bars(rows: Mapping[str, Mapping[str, float]], *, title: str = "", unit: float = 1.0,
+                      unit_label: str = "s"):
+    """Busy seconds per op class of simulated steps (``StepSimulation.time_by_kind``, one bar per step):
+    where a step's time goes. Streams overlap, so a bar is longer than the step it describes."""
+    labels = list(rows)[::-1]
+    kinds = [k for k in KIND_COLORS if any(rows[label].get(k) for label in labels)]
+    kinds += sorted({k for label in labels for k in rows[label] if k not in KIND_COLORS and rows[label][k]})
+    fig, ax = plt.subplots(figsize=(10, 0.55 * len(labels) + 1.6))
+    for i, label in enumerate(labels):
+        left = 0.0
+        for kind in kinds:
+            value = rows[label].get(kind, 0.0) / unit
+            ax.barh(i, value, left=left, color=KIND_COLORS.get(kind, "#937860"), label=kind if i == 0 else None)
+            left += value
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_xlabel(f"busy time per op class ({unit_label}; streams overlap)")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=4)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig

@@ -192,3 +192,61 @@ def largest_batches(rows: Iterable[Mapping[str, Any]]) -> str:
                     "exposed collectives s": f"{r['exposed_collective_seconds']:.2f}" if r["batch"] else "-",
                     "budget off by": f"{r['budget_off_by_steps']:+d} step(s)"})
     return markdown(out)
+
+
+def compared_steps(rows: Sequence[Mapping[str, Any]], against: str | None = None) -> str:
+    """Stored step rows (``benchmarks/bench_central.py``): whether each fits (device and host), its peak and
+    pinned host bytes, the simulated step with its absolute band, tokens/s per GPU, and, against the row
+    labelled ``against`` (same system, batch and sweep), the tokens/s ratio with the paired band (a tie
+    where the ranking flips inside it). A row that does not fit shows what it would take, unranked."""
+    from . import bands
+
+    base = next((r for r in rows if r["label"] == against), None) if against else None
+    out = []
+    for r in rows:
+        band = r.get("band")
+        vs = "-"
+        if r is not base and base is not None and "sweep" in r and "sweep" in base:
+            vs = bands.rank(bands.Sweep.from_paired(r["sweep"]), bands.Sweep.from_paired(base["sweep"])).short()
+        elif not r["fits"]:
+            vs = "not ranked: does not fit"
+        over = r["device_peak_bytes"] - r["usable_hbm_bytes"]
+        fits = "yes" if r["fits"] else f"no: over by {over / GiB:.1f} GiB" if over > 0 else "no: host RAM"
+        out.append({"policy": r["label"], "B": r["batch"], "fits": fits,
+                    "peak GiB": f"{r['device_peak_bytes'] / GiB:.1f} of {r['usable_hbm_bytes'] / GiB:.1f}",
+                    "host GiB": f"{r['host_bytes'] / GiB:.1f}",
+                    "step s": (f"{r['step_seconds']:.2f} ({band['low_seconds']:.2f}-{band['high_seconds']:.2f})" if band
+                               else f"({r['step_seconds']:.2f}, would take)"),
+                    "tokens/s per GPU": f"{r['tokens_per_second']:,.0f}" if r["fits"] else "-",
+                    f"vs {against}" if against else "vs": vs,
+                    "recompute TFLOP": f"{r['recompute_flops'] / 1e12:,.0f}",
+                    "exposed transfers s": f"{r['exposed_transfer_seconds']:.2f}",
+                    "exposed collectives s": f"{r['exposed_collective_seconds']:.2f}"})
+    return markdown(out)
+
+
+def pipelining_verdicts(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Per naive offload row that carries ``conditions`` (``companion.pipelining``, stored by
+    ``bench_central``): the four conditions, what they expect, and what the pipelined twin (the same
+    case with "pipelined" for "naive" in its label) measured against it, with the paired band."""
+    from . import bands
+
+    def case(r):
+        return (r["model"], r["target"], r["batch"], r["seq"], r["mem_fraction"])
+
+    out = []
+    for r in rows:
+        if "conditions" not in r:
+            continue
+        twin = next((p for p in rows if case(p) == case(r) and p["label"] == r["label"].replace("naive", "pipelined")),
+                    None)
+        measured = "-"
+        if twin is not None and "sweep" in twin:
+            measured = bands.rank(bands.Sweep.from_paired(twin["sweep"]), bands.Sweep.from_paired(r["sweep"])).short()
+        elif twin is not None:
+            measured = "pipelined does not fit"
+        conditions = {k: v for k, v in r["conditions"].items() if k != "expect_gain"}
+        out.append({"case": f"{r['model']} on {r['target']}, B={r['batch']}, S={r['seq']}, fraction {r['mem_fraction']:g}: "
+                            f"{r['label'].rsplit(',', 1)[0]}",
+                    **conditions, "pipelined vs naive (measured)": measured})
+    return markdown(out)

@@ -14,8 +14,11 @@ myst_enable_extensions = ["dollarmath"]
 myst_heading_anchors = 3
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-html_theme = "alabaster"
+html_theme = "sphinx_book_theme"  # as JAX's docs: a wide content column, the page's sections on the right
 html_title = "Offload Lab"
-html_theme_options = {"description": "GPU memory and step time for JAX LLM training", "show_relbars": True}
+html_theme_options = {"show_toc_level": 2, "navigation_with_keys": False, "use_download_button": True,
+                      "home_page_in_toc": True}
+html_static_path = ["_static"]
+html_css_files = ["wide.css"]
 suppress_warnings = ["mystnb.unknown_mime_type", "misc.highlighting_failure"]
 html_extra_path = ["_root"]  # index.html at the site's root, pointing at docs/index.html

@@ -1,9 +1,10 @@
+import os
 import warnings
 
 import jax
 import pytest
 
-from companion import compiler, hlo, targets
+from companion import compiler, hlo, models, targets, train
 from companion.models import toy
 
 STACK = toy.MlpStack(layers=4, width=256, hidden=1024)
@@ -147,3 +148,25 @@ def test_memory_timeline_draws_device_and_host_in_use():
     labels = [line.get_label() for line in fig.axes[0].get_lines()]
     assert labels[0].startswith("offload: device") and labels[1].startswith("offload: pinned host")
     assert len(labels) == 3  # full remat has no host line
+
+
+def test_one_kernel_cache_per_gpu_shared_by_flag_sets_and_a_failing_cache_is_bypassed(tmp_path, monkeypatch):
+    """Flag sets share the kernel cache (peaks unchanged); a cache file XLA cannot read is retried without."""
+    monkeypatch.setenv(compiler.KERNEL_CACHE_ENV, str(tmp_path))
+    placement = compiler.place(targets.target("h100", "1x8"))
+    path = compiler.kernel_cache_file(placement)
+    assert path == str(tmp_path / f"jaxlib-{jax.__version__}-h100.bin")
+    cfg = models.config("tiny-llama")
+    first = train.compile_step(train.trainer(cfg, "minimal_offloaded"), placement, 8, 256)
+    size = os.path.getsize(path)
+    again = train.compile_step(train.trainer(cfg, "minimal_offloaded"), placement, 8, 256,
+                               flags="--xla_gpu_enable_pipelined_host_offloading=true")
+    assert os.path.getsize(path) >= size and again.device.peak_bytes > 0
+    (tmp_path / os.path.basename(path)).write_bytes(b"not a CompilationCacheProto")
+    retried = []
+    bypass = compiler._compile_without_cache
+    monkeypatch.setattr(compiler, "_compile_without_cache", lambda *a: retried.append(1) or bypass(*a))
+    third = train.compile_step(train.trainer(cfg, "minimal_offloaded"), placement, 8, 256)
+    assert retried == [1] and third.device.peak_bytes == first.device.peak_bytes
+    monkeypatch.setenv(compiler.KERNEL_CACHE_ENV, "off")
+    assert compiler.kernel_cache_file(placement) is None

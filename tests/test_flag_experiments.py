@@ -51,6 +51,18 @@ def test_lhs_off_moves_the_host_transfers_and_the_simulator_prices_it(lhs_runs):
     ranked = experiments.rows(lhs_runs)
     assert ranked[0]["vs baseline"] == "-" and ranked[1]["vs baseline"].startswith("tie (1.000-1.000)")
     assert not ranked[2]["vs baseline"].startswith("tie")
+    # the change is split by cause, and the parts add up to it
+    parts = off.attribution(base)
+    assert sum(parts.values()) == pytest.approx(off.simulation.step_seconds - base.simulation.step_seconds, abs=1e-12)
+    assert parts["transfers"] == pytest.approx(off.simulation.exposed_transfer_seconds
+                                               - base.simulation.exposed_transfer_seconds)
+    assert ranked[0]["change ms: transfers / collectives / rest"] == "-"
+    assert ranked[2]["change ms: transfers / collectives / rest"].count(" / ") == 2
+    # steady state: a layer's forward and backward inside the loops, less than the step's share per layer
+    # (the entry computation adds the layers XLA peels and the transfers it leaves outside the loops)
+    per_layer = base.seconds_per_layer(STACK.num_layers)
+    assert 0 < per_layer * STACK.num_layers < base.simulation.step_seconds
+    assert experiments.rows(lhs_runs, layers=STACK.num_layers)[0]["ms per layer (steady)"] == round(per_layer * 1e3, 2)
 
 
 def test_experiments_validate_every_flag_set_before_compiling():
@@ -176,3 +188,28 @@ def test_the_analytical_estimator_on_an_offloading_step_is_refused_not_an_abort(
         train.compile_layer_stack("tiny-llama", "minimal_offloaded", placement, 4, 64, flags=spec)
     report = train.compile_layer_stack("tiny-llama", "full", placement, 4, 64, flags=spec)  # no offload: fine
     assert report.flags["xla_gpu_enable_analytical_latency_estimator"] is True
+
+
+def test_pipelining_conditions_read_off_the_naive_compile(lhs_runs, placement):
+    """The four conditions: a 4-layer stack's loops run once (no gain expected); at 16 layers they hold
+    for the reads and the headroom, and the pipelined compile is faster, as the conditions say."""
+    from companion import pipelining
+
+    base = lhs_runs[0]
+    short = pipelining.conditions(base.report, base.simulator, base.simulation, STACK.num_layers)
+    assert short.trips.measured == "1 trips" and not short.trips.holds and not short.expect_gain
+    deep = models.config("llama3.1-8b", num_layers=16)
+    naive, pipelined = (train.compile_layer_stack(deep, "minimal_offloaded", placement, B, S, flags=f)
+                        for f in (None, "--xla_gpu_enable_pipelined_host_offloading=true"))
+    sim = schedule.prepare(naive)
+    found = pipelining.conditions(naive, sim, sim.run(), deep.num_layers)
+    assert found.exposed.holds and found.trips.holds and found.reads.holds and found.headroom.holds and found.expect_gain
+    # the writes' link time is the bytes of one forward iteration over the link's per-GPU bandwidth
+    fwd = hlo.loops(naive.module)[0]
+    written = sum(t.bytes_per_execution for t in naive.offload.transfers if t.computation == fwd.body and t.direction == "d2h")
+    assert found.writes.measured.startswith(f"{written / sim.target.link.bandwidth_per_gpu('d2h') * 1e3:.1f} ms on the link")
+    assert schedule.simulate(pipelined).step_seconds < sim.run(max_events=0).step_seconds
+    assert set(found.row()) == {"transfers to win", "enough loop trips", "reads < backward compute", "writes < forward compute",
+                                "headroom for a carried layer", "expect a gain"}
+    with pytest.raises(ValueError, match="no host transfers"):
+        pipelining.conditions(train.compile_layer_stack(STACK, "full", placement, B, S), sim, sim.run(), 4)

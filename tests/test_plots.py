@@ -66,3 +66,16 @@ def test_step_bars_split_each_step_and_label_its_throughput():
     widths = [p.get_width() for p in ax.patches]
     assert sorted(round(w, 6) for w in widths if w) == [0.1, 0.2, 0.4, 1.8, 2.0]
     assert [t.get_text().strip() for t in ax.texts] == ["400 TFLOP/s", "400 TFLOP/s"]
+
+
+def test_time_by_kind_bars_stack_each_class_in_order():
+    rows = {"grouped": {"matmul": 0.3, "grouped_matmul": 0.5, "collective:nvlink": 1.6, "copy": 0.0},
+            "ragged_dot": {"matmul": 0.3, "grouped_matmul": 90.0, "collective:nvlink": 1.6, "mystery": 0.1}}
+    fig = plots.time_by_kind_bars(rows, title="t")
+    ax = fig.axes[0]
+    # one bar per (step, class with time somewhere); zero-time classes everywhere are left out
+    assert len(ax.patches) == 2 * 4
+    widths = {(round(p.get_y() + p.get_height() / 2), round(p.get_width(), 3)) for p in ax.patches}
+    assert (1, 0.5) in widths and (0, 90.0) in widths  # bars listed top-down as given
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["matmul", "grouped_matmul", "collective:nvlink", "mystery"]
+    plots.plt.close(fig)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from companion import widgets
+from companion import models, targets, widgets
 
 
 def test_budget_view_gives_a_budget_and_a_verdict():
@@ -154,3 +154,21 @@ def test_snapshots_are_the_widgets_default_views():
     assert policy.message == widgets.policy_view(widgets.default_policy_spec()).message
     for snap in (budget, policy):
         assert snap.figure is not None and snap.message in snap._repr_markdown_()
+
+
+def test_plan_view_is_the_planners_budget_stage_and_never_raises():
+    from companion import plan
+
+    view = widgets.plan_view("tiny-deepseek", "gb200", 8, 512, 0.85, -1.0, "fsdp=4,expert=2")
+    found = plan.search(models.config("tiny-deepseek"), targets.target("gb200", 8, mem_fraction=0.85), 512,
+                        "fsdp=4,expert=2")
+    assert view.rows and view.rows[0]["candidate"] == found.ranked[0][1].label()
+    assert view.rows[0]["mesh"] == "fsdp=4,expert=2" and "the compile settles it" in view.message
+    smaller = widgets.plan_view("tiny-deepseek", "gb200", 8, 512, 0.85, 2.0, "fsdp=4,expert=2")
+    assert smaller.found.config.moe.ragged_buffer_factor == 2.0
+    dense = widgets.plan_view("tiny-llama", "h100", 8, 512, 0.75, 2.0, "fsdp=8")
+    assert "no routed experts" in dense.message
+    bad = widgets.plan_view("tiny-llama", "h100", 8, 512, 0.75, -1.0, "fsdp=3")
+    assert bad.found is None and bad.message.startswith("Cannot plan this:") and "fsdp=3" in bad.message.replace(" ", "")
+    assert widgets.plan_snapshot(model="tiny-llama", gpu="h100", gpus=8, seq=512, mem_fraction=0.75,
+                                 mesh="fsdp=8").message.startswith("tiny-llama on h100")

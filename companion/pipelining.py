@@ -1,0 +1,120 @@
+"""When pipelined host offload pays: four conditions, each read off a naive offload compile.
+
+``--xla_gpu_enable_pipelined_host_offloading`` moves each offloaded tensor's transfer one loop
+iteration away from its use: a write finishes during the next layer, a read starts during the layer
+before. Notebooks 04-06 find it winning on some steps and losing on others; these are the conditions
+that decide it (notebook 06, "When does pipelined offload pay?"), measured on the naive compile so they
+can be checked before compiling the pipelined one:
+
+0. **transfers to win** — the naive step exposes host transfers, at least ``MIN_EXPOSED_SHARE`` of
+   its time: where the scheduler already hides them, pipelining has nothing to move (notebook 06's
+   405B with the carry offloaded). It can still move collectives, either way.
+1. **enough loop trips** — the scanned loop that moves the most offloaded bytes runs ``MIN_TRIPS``
+   times or more: pipelining peels an iteration at each end, and a loop that runs once or twice is all
+   prologue and epilogue (notebook 05's four-layer stack).
+2. **reads shorter than the backward compute beside them** — per backward iteration, the host reads'
+   time on the link is at most that iteration's compute: then a read issued one iteration early
+   can hide entirely. This is where pipelining gains (notebook 04: 21.7 -> 3.0 ms waited per iteration).
+3. **forward writes within the link's floor** — per forward iteration, the writes' time on the link is
+   at most that iteration's compute. Where it is not, the forward pass runs at the link's speed
+   whatever the schedule (notebook 04's floor) and pipelining can only win the backward pass.
+4. **headroom for one more carried layer** — usable HBM less the naive peak holds one layer's
+   offloaded bytes: the pipelined loop carries the next layer's tensors in HBM. Without it the step
+   does not fit, or the scheduler (which fills the limit it is given) trades overlap for memory.
+
+Transfer times are bytes / the link's per-GPU bandwidth with every GPU of a sharing group busy
+(``HostLink.bandwidth_per_gpu``); compute is the simulation's compute-stream time in the loop body's
+recorded iteration. Conditions 0, 1, 2 and 4 are needed for a gain; 3 says whether the forward pass can
+share in it. They are necessary, not sufficient: the collectives the scheduler moves around the
+transfers can tip the step either way, and where it costs kernels by constants (Blackwell at jaxlib
+0.10.2, notebook 05) it may leave reads exposed that could hide — which is why the verdict is checked
+against the simulated pair wherever both were compiled (notebook 06).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from . import hlo
+from .schedule import Simulator, StepSimulation
+
+MIN_TRIPS = 3
+MIN_EXPOSED_SHARE = 0.01  # of the naive step: below it, the transfers are already hidden
+GiB = 2**30
+
+
+@dataclasses.dataclass(frozen=True)
+class Condition:
+    name: str
+    holds: bool
+    measured: str  # what was read off the compile, in words and numbers
+
+    def cell(self) -> str:
+        return f"{'yes' if self.holds else 'no'}: {self.measured}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Conditions:
+    """The four conditions for one naive offload compile."""
+
+    exposed: Condition
+    trips: Condition
+    reads: Condition
+    writes: Condition
+    headroom: Condition
+
+    @property
+    def expect_gain(self) -> bool:
+        """Pipelining can gain: exposed transfers, enough trips, reads that hide, room for the carried layer."""
+        return self.exposed.holds and self.trips.holds and self.reads.holds and self.headroom.holds
+
+    def row(self) -> dict[str, str]:
+        return {"transfers to win": self.exposed.cell(), "enough loop trips": self.trips.cell(), "reads < backward compute": self.reads.cell(),
+                "writes < forward compute": self.writes.cell(), "headroom for a carried layer": self.headroom.cell(),
+                "expect a gain": "yes" if self.expect_gain else "no"}
+
+
+def _loop_times(report, simulator: Simulator, result: StepSimulation, direction: str) -> list[tuple[float, float]]:
+    """(transfer seconds on the link, compute seconds) per iteration of each loop body moving ``direction``."""
+    bandwidth = simulator.target.link.bandwidth_per_gpu(direction)
+    out = []
+    for loop in hlo.loops(simulator.module):
+        moved = sum(t.bytes_per_execution for t in report.offload.transfers
+                    if t.computation == loop.body and t.direction == direction)
+        if not moved:
+            continue
+        compute = sum(e.seconds for e in result.lane_events(loop.body) if e.kind == "compute")
+        out.append((moved / bandwidth, compute))
+    return out
+
+
+def conditions(report, simulator: Simulator, result: StepSimulation, layers: int) -> Conditions:
+    """The conditions for the naive offload compile ``report`` (its ``simulator`` and a ``result`` replayed
+    with events: the default ``Simulator.run``); ``layers``: the model's decoder layers."""
+    if not report.offload.transfers:
+        raise ValueError("no host transfers in this compile: the conditions are for a step that offloads")
+    moved = {loop.body: sum(t.bytes_per_execution for t in report.offload.transfers if t.computation == loop.body)
+             for loop in hlo.loops(simulator.module)}
+    busiest = max(hlo.loops(simulator.module), key=lambda loop: moved[loop.body], default=None)
+    trips = (busiest.trips or 0) if busiest is not None and moved[busiest.body] else 0
+    reads, writes = (_loop_times(report, simulator, result, d) for d in ("h2d", "d2h"))
+    if not result.lane_events() or (reads and not any(c for _, c in reads)):
+        raise ValueError("the simulation recorded no events: replay with events (Simulator.run's default max_events)")
+
+    def pace(pairs, what) -> Condition:
+        if not pairs:
+            return Condition(what, False, "no transfers in the loops")
+        link, compute = max(pairs, key=lambda p: p[0] - p[1])
+        return Condition(what, link <= compute, f"{link * 1e3:.1f} ms on the link, {compute * 1e3:.1f} ms of compute")
+
+    per_layer = report.offload.d2h_bytes_per_step // max(1, layers)
+    margin = report.margin_bytes
+    share = result.exposed_transfer_seconds / result.step_seconds
+    return Conditions(
+        exposed=Condition("exposed", share >= MIN_EXPOSED_SHARE,
+                          f"{result.exposed_transfer_seconds * 1e3:,.0f} ms exposed, {share:.1%} of the step"),
+        trips=Condition("trips", trips >= MIN_TRIPS, f"{trips} trips"),
+        reads=pace(reads, "reads"),
+        writes=pace(writes, "writes"),
+        headroom=Condition("headroom", margin >= per_layer,
+                           f"{margin / GiB:.1f} GiB free, a layer offloads {per_layer / GiB:.2f} GiB"))
