@@ -471,3 +471,43 @@ def _quote(value: str) -> str:
     if not any(c in value for c in '"$`\\!'):
         return f'"{value}"'
     return shlex.quote(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """A MaxText GPU recipe script (``configs/gpu/a3/<model>/<n>vm.sh``) as written: the ``XLA_FLAGS`` it
+    exports and the arguments of its ``python3 -m maxtext...`` command after the module (the config
+    file, then its ``key=value`` overrides), its shell variables filled in."""
+
+    xla_flags: str
+    argv: tuple[str, ...]
+
+
+def recipe(script: str | Path, variables: Mapping[str, str]) -> Recipe:
+    """Read a MaxText GPU recipe as a shell would run it: ``${VAR}``, ``${VAR:-default}`` and ``$VAR`` from
+    ``variables`` (the recipes' default configs folder, ``${MAXTEXT_CONFIGS_DIR:-${MAXTEXT_REPO_ROOT:-$PWD}/
+    src/maxtext/configs}``, from ``MAXTEXT_CONFIGS_DIR``); a variable the script uses and ``variables``
+    lacks is refused in one line, naming it."""
+    import re
+    import shlex
+
+    text = Path(script).read_text() if isinstance(script, Path) or "\n" not in str(script) else str(script)
+    if 'export XLA_FLAGS="' not in text or "python3 -m maxtext" not in text:
+        raise ValueError("not a MaxText GPU recipe: it should export XLA_FLAGS=\"...\" and run python3 -m maxtext...")
+
+    def fill(s: str) -> str:
+        s = s.replace("${MAXTEXT_CONFIGS_DIR:-${MAXTEXT_REPO_ROOT:-$PWD}/src/maxtext/configs}",
+                      "${MAXTEXT_CONFIGS_DIR}")
+
+        def value(match) -> str:
+            name = match.group(1) or match.group(2)
+            if name not in variables:
+                raise ValueError(f"the recipe uses ${name}: give it a value (variables: {', '.join(sorted(variables))})")
+            return variables[name]
+
+        return re.sub(r"\$\{(\w+)(?::-[^}]*)?\}|\$(\w+)", value, s)
+
+    xla_flags = fill(text.split('export XLA_FLAGS="', 1)[1].split('"', 1)[0])
+    command = text[text.index("python3 -m maxtext"):].replace("\\\n", " ").splitlines()[0]
+    words = shlex.split(fill(command))
+    return Recipe(" ".join(xla_flags.split()), tuple(words[3:]))

@@ -100,3 +100,22 @@ def test_yaml_and_command_line_carry_maxtexts_keys_and_the_environment():
         maxtext.overrides("tiny-llama", "full", 8, 512, {"fsdp": 2}, 2, 2)
     assert t.num_devices == 16
     assert policies.PRESETS["qkv_proj_offloaded"].offloads
+
+
+def test_a_recipe_is_read_as_a_shell_runs_it(tmp_path):
+    script = tmp_path / "1vm.sh"
+    script.write_text(
+        'export RUN_NAME="x"\n'
+        'export XLA_FLAGS="--xla_dump_to=$OUTPUT_PATH/$RUN_NAME\n'
+        '--xla_gpu_enable_latency_hiding_scheduler=true"\n'
+        "python3 -m maxtext.trainers.pre_train.$EXECUTABLE "
+        "${MAXTEXT_CONFIGS_DIR:-${MAXTEXT_REPO_ROOT:-$PWD}/src/maxtext/configs}/models/x.yml \\\n"
+        "    run_name=$RUN_NAME per_device_batch_size=1\n")
+    got = maxtext.recipe(script, {"OUTPUT_PATH": "/out", "RUN_NAME": "r", "EXECUTABLE": "train",
+                                  "MAXTEXT_CONFIGS_DIR": "/cfg"})
+    assert got.xla_flags == "--xla_dump_to=/out/r --xla_gpu_enable_latency_hiding_scheduler=true"
+    assert got.argv == ("/cfg/models/x.yml", "run_name=r", "per_device_batch_size=1")
+    with pytest.raises(ValueError, match=r"uses \$EXECUTABLE"):
+        maxtext.recipe(script, {"OUTPUT_PATH": "/out", "RUN_NAME": "r", "MAXTEXT_CONFIGS_DIR": "/cfg"})
+    with pytest.raises(ValueError, match="not a MaxText GPU recipe"):
+        maxtext.recipe("echo hi\n", {})

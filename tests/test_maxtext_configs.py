@@ -140,19 +140,9 @@ def test_each_gpu_config_s_verdict_on_its_system(file, system, overrides, budget
 
 
 def _recipe(path: Path, variables: dict[str, str]) -> tuple[str, list[str]]:
-    """A MaxText GPU recipe's XLA_FLAGS and ``python3 -m ...train`` arguments, its shell variables filled."""
-    text = path.read_text()
-
-    def fill(s: str) -> str:
-        s = s.replace("${MAXTEXT_CONFIGS_DIR:-${MAXTEXT_REPO_ROOT:-$PWD}/src/maxtext/configs}",
-                      variables["MAXTEXT_CONFIGS_DIR"])  # nested: the recipes' default for the configs folder
-        s = re.sub(r"\$\{(\w+)(?::-[^}]*)?\}", lambda m: variables[m.group(1)], s)
-        return re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], s)
-
-    xla_flags = fill(text.split('export XLA_FLAGS="', 1)[1].split('"', 1)[0])
-    command = text[text.index("python3 -m maxtext"):].replace("\\\n", " ").splitlines()[0]
-    words = shlex.split(fill(command))
-    return xla_flags, words[3:]  # after "python3 -m <module>": the config, then its overrides
+    """A MaxText GPU recipe's XLA_FLAGS and ``python3 -m ...train`` arguments (``maxtext.recipe``)."""
+    script = maxtext.recipe(path, variables)
+    return script.xla_flags, list(script.argv)
 
 
 VARIABLES = {"OUTPUT_PATH": "gs://bucket", "RUN_NAME": "run", "EXECUTABLE": "train",
