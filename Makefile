@@ -11,6 +11,15 @@ JOBS   ?= 2  # pytest-xdist workers: the suite is one core's work per compile, C
 XDIST  := -n $(JOBS) --dist loadfile
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout 600
 
+# Test runs share their compiles: the lab's compile reports (companion.report_cache: keyed by the program, flags,
+# target, jaxlib and the companion source, so never stale) and JAX's own cache of the CPU executables the
+# numerics tests run (keyed by the program, options and jaxlib); the package tests, nbval's kernels, the
+# subprocesses of test_distributed and the browser test's kernels all read them.
+REPORT_CACHE ?= $(abspath $(VENV))/report-cache
+JAX_CACHE    ?= $(abspath $(VENV))/jax-cache
+test test-package test-notebooks test-browser: export OFFLOAD_LAB_REPORT_CACHE ?= $(REPORT_CACHE)
+test test-package test-notebooks test-browser: export JAX_COMPILATION_CACHE_DIR ?= $(JAX_CACHE)
+
 .PHONY: setup lab test test-package test-notebooks test-browser notebooks benchmarks site lock clean
 
 $(STAMP): pyproject.toml $(LOCK)
@@ -34,7 +43,7 @@ test-package: $(STAMP)
 test-notebooks: $(STAMP)
 	$(BIN)/python -m pytest -q $(XDIST) notebooks $(NBVAL)
 
-## The widgets of notebooks 01-03 in headless Chromium (Debian's chromium + chromium-driver; .ci/run installs them).
+## The widgets of notebooks 01-06 in headless Chromium (Debian's chromium + chromium-driver; .ci/run installs them).
 test-browser: $(STAMP)
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
 	  echo "make test-browser needs Chromium and its driver: apt-get install chromium chromium-driver"; exit 1; }

@@ -229,12 +229,17 @@ def sample_models(target: targets.Target, nic_per_gpu: float | None = None,
 
 
 def sweep(compiled, target: targets.Target | str | None = None, link: HostLink | str | None = None,
-          nic_per_gpu: float | None = None, domain_gpus: int | None = None) -> Sweep:
+          nic_per_gpu: float | None = None, domain_gpus: int | None = None, *,
+          nominal: schedule.Simulator | None = None) -> Sweep:
     """The step of a ``CompileReport`` at the nominal constants and at each sample of the sweep (``SAMPLES``
-    re-pricings of the same schedule: a few seconds for a full-size step)."""
+    re-pricings of the same schedule: a few seconds for a full-size step). ``nominal``: the step already
+    priced at the nominal constants (``schedule.prepare(compiled, target)``), not priced again."""
     nominal_model = schedule.CostModel(collectives=coll.CollectiveModel(nic_per_gpu=nic_per_gpu,
                                                                           domain_gpus=domain_gpus))
-    nominal = schedule.prepare(compiled, target, cost_model=nominal_model)
+    if nominal is not None and nominal.cost_model != nominal_model:
+        raise ValueError("sweep(nominal=...) takes a step priced at the nominal constants, "
+                         f"not at {nominal.cost_model}")
+    nominal = nominal or schedule.prepare(compiled, target, cost_model=nominal_model)
     target = nominal.target.with_link(link) if link is not None else nominal.target
     base = nominal.run(target.link, max_events=0)
     seconds = []

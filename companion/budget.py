@@ -87,7 +87,9 @@ divided by ``tensor``; parameters by the sharding rules.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import types
 from typing import Mapping
 
 from . import fit as fit_rule
@@ -408,10 +410,18 @@ def _resolve(model, batch, seq, policy, mesh, num_devices, mu_dtype_bytes, rules
     if batch % n_acc:
         raise ValueError(f"batch {batch} does not split into {n_acc} gradient accumulation steps")
     _check_divisible(cfg, batch // n_acc, seq, mesh)
-    specs = parameter_specs(cfg)
-    shards = {sp.path: math.prod(rules.shard_shape(sp.shape, sp.axes, mesh)) for sp in specs}
+    specs, shards = _parameter_shards(cfg, rules, tuple(mesh.items()))
     return _Step(cfg, batch, seq, mesh, pol, state, flag_set, hbm_bytes, mem_fraction, target,
                  mu_dtype_bytes or cfg.weight_bytes, specs, shards)
+
+
+@functools.lru_cache(maxsize=64)  # a plan search prices thousands of batches of one model on one mesh
+def _parameter_shards(cfg, rules, mesh: tuple[tuple[str, int], ...]):
+    """The model's parameters and each one's elements per device under ``rules`` (read-only)."""
+    specs = tuple(parameter_specs(cfg))
+    mesh = dict(mesh)
+    shards = {sp.path: math.prod(rules.shard_shape(sp.shape, sp.axes, mesh)) for sp in specs}
+    return specs, types.MappingProxyType(shards)
 
 
 def _static_terms(s: _Step) -> list[Term]:

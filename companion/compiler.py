@@ -39,7 +39,7 @@ from . import descriptors
 from . import fit as fit_rule
 from . import dump as xla_dump
 from . import flags as xla_flags
-from . import hlo, stderr
+from . import hlo, report_cache, stderr
 from .targets import Target
 
 BACKENDS = ("auto", "cuda", "gpu", "cpu")
@@ -432,6 +432,8 @@ def compile(fn: Callable, *args, placement: Placement,
     ``host_arguments``: one flag per leaf of ``args`` (``jax.tree.leaves``), True for arrays that
     live in pinned host memory between steps (MaxText's optimizer and parameter offload).
     ``workload``: the model FLOPs and tokens the step computes, for throughput (``Workload``).
+    Where ``$OFFLOAD_LAB_REPORT_CACHE`` names a folder (the test targets), a step compiled before with
+    the same program, flags and target is that compile's report (``companion.report_cache``).
     """
     warn_if_xla_flags_changed()
     flag_set = xla_flags.resolve(flags, workarounds=workarounds)
@@ -456,6 +458,10 @@ def compile(fn: Callable, *args, placement: Placement,
             if host_arguments is not None:
                 _mark_host_arguments(lowered, host_arguments, len(jax.tree.leaves(args)))
             _refuse_aborting_combinations(flag_set, lowered)
+            entry = None if dump_dir else _report_key(lowered, options, placement)
+            stored = report_cache.load(entry) if entry else None
+            if stored is not None:
+                return dataclasses.replace(stored, workload=workload)
             try:
                 compiled = lowered.compile(compiler_options=options)
             except Exception as err:  # XLA reports bad flag values as JaxRuntimeError
@@ -464,10 +470,34 @@ def compile(fn: Callable, *args, placement: Placement,
                                      f"{str(err).splitlines()[0]}") from None
                 compiled = _compile_without_cache(lowered, options, placement)
             seconds = time.perf_counter() - start
-        return _report(compiled, placement, seconds, flag_set, log.text, dump_dir, workload)
+        report = _report(compiled, placement, seconds, flag_set, log.text, dump_dir, workload)
+        if entry:
+            report_cache.store(entry, report)
+        return report
     finally:
         if dump is True:
             shutil.rmtree(dump_dir, ignore_errors=True)
+
+
+# jax.custom_partitioning (cuDNN attention's partitioner) names its Python callback by address: another
+# address each lowering, the same program
+_CALLBACK_ADDRESS = re.compile(r'(@CustomSPMDPartitioning\([^)]*\) \{api_version = \d+ : i32, backend_config = )"\d+"')
+
+
+# what XLA logs during the compile (kept in the report: ``compiler_log``) follows these
+_LOG_SETTINGS = ("TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL", "TF_CPP_VMODULE")
+
+
+def _report_key(lowered, options: Mapping[str, Any], placement: Placement) -> str | None:
+    """The compile's entry in the report cache (``companion.report_cache``), or None where it is off."""
+    if report_cache.folder() is None:
+        return None
+    compile_options = {k: v for k, v in options.items() if k != "xla_gpu_kernel_cache_file"}
+    mesh = placement.mesh
+    program = _CALLBACK_ADDRESS.sub(r'\1"callback"', lowered.as_text())
+    return report_cache.key(program, repr(sorted(compile_options.items())), repr(placement.target),
+                            placement.backend, repr(dict(mesh.shape)), repr(mesh.devices.tolist()),
+                            backend().xla_flags_at_start, repr([os.environ.get(v) for v in _LOG_SETTINGS]))
 
 
 KERNEL_CACHE_ENV = "OFFLOAD_LAB_KERNEL_CACHE"

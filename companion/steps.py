@@ -30,7 +30,7 @@ def record(report, label: str, *, layers: int | None = None, **meta: Any) -> dic
            "exposed_collective_seconds": sim.exposed_collective_seconds, "recompute_flops": sim.recompute_flops,
            "time_by_kind": dict(sim.time_by_kind)}
     if report.fits:
-        sweep = bands.sweep(report)
+        sweep = bands.sweep(report, nominal=simulator)
         out.update(sweep=sweep.error_band_paired(), band=sweep.error_band_abs())
         pipelined = report.flag_set.flags.get(xla_flags.PIPELINED_HOST_OFFLOADING, False)
         if report.offload.transfers and not pipelined and layers:

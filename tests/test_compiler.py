@@ -4,7 +4,7 @@ import warnings
 import jax
 import pytest
 
-from companion import compiler, hlo, models, targets, train
+from companion import compiler, hlo, models, report_cache, targets, train
 from companion.models import toy
 
 STACK = toy.MlpStack(layers=4, width=256, hidden=1024)
@@ -153,6 +153,7 @@ def test_memory_timeline_draws_device_and_host_in_use():
 def test_one_kernel_cache_per_gpu_shared_by_flag_sets_and_a_failing_cache_is_bypassed(tmp_path, monkeypatch):
     """Flag sets share the kernel cache (peaks unchanged); a cache file XLA cannot read is retried without."""
     monkeypatch.setenv(compiler.KERNEL_CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(report_cache.ENV, "off")  # every compile here must reach XLA
     placement = compiler.place(targets.target("h100", "1x8"))
     path = compiler.kernel_cache_file(placement)
     assert path == str(tmp_path / f"jaxlib-{jax.__version__}-h100.bin")
