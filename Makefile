@@ -35,7 +35,7 @@ lab: $(STAMP)
 
 ## Every test: the package's pytest suite and nbval over the committed notebook outputs.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(XDIST) tests notebooks $(NBVAL)
+	$(BIN)/python -m pytest -q --durations=25 $(XDIST) tests notebooks $(NBVAL)
 
 test-package: $(STAMP)
 	$(BIN)/python -m pytest -q $(XDIST) tests

@@ -67,6 +67,7 @@ def _train(args, processes: int, devices_per_process: int, timeout: float) -> li
     procs = []
     for i in range(processes):
         env = distributed.cpu_environment(devices_per_process)
+        env["XLA_FLAGS"] += " --xla_backend_optimization_level=0"  # the same math, half the CPU compile (tests/cpu.py)
         for key in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_IP",
                     "SLURM_NTASKS"):
             env.pop(key, None)

@@ -5,6 +5,7 @@ import pytest
 from flax import nnx
 
 from companion import policies, train
+from cpu import jit
 
 OPT = train.OptimizerConfig(learning_rate=1e-2, warmup_fraction=0.1, total_steps=30)
 CUSTOM = {"decoder_layer_input": "device", "query_proj": "offload", "key_proj": "device", "mlpwi_0": "offload",
@@ -31,7 +32,7 @@ def test_policies_change_memory_never_math(name):
     def grads_with(jax_policy):
         def loss(p):
             return train.cross_entropy(nnx.merge(t.graphdef, p, rest)(batch["inputs"], jax_policy), batch["targets"])
-        return jax.jit(jax.grad(loss))(params)
+        return jit(jax.grad(loss))(params)
 
     reference = grads_with(None)  # no remat: autodiff keeps everything
     emitted = nnx.merge(t.graphdef, params, rest).checkpoint_names()
@@ -61,9 +62,9 @@ def test_maxtext_defaults():
 def test_gradient_accumulation_gives_the_whole_batch_gradient():
     t, params, rest, _ = train.init("tiny-llama", "full", OPT)
     batch = train.synthetic_batch(t.cfg, 8, 32)
-    loss, grads = t.loss_and_grads(params, rest, batch)
+    loss, grads = jit(t.loss_and_grads)(params, rest, batch)
     t4, *_ = train.init("tiny-llama", "full", OPT, state=train.StateConfig(gradient_accumulation_steps=4))
-    loss4, grads4 = jax.jit(t4.loss_and_grads)(params, rest, batch)
+    loss4, grads4 = jit(t4.loss_and_grads)(params, rest, batch)
     assert float(loss4) == pytest.approx(float(loss), rel=1e-4)
     for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(grads4)):  # bf16 matmuls over 4 microbatches
         assert float(jnp.linalg.norm(a - b)) <= 1e-2 * float(jnp.linalg.norm(a)) + 1e-6
