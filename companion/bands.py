@@ -23,7 +23,7 @@ Two bands, each for its use:
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from typing import Any, Mapping
 
 from . import collectives as coll
 from . import schedule, targets
@@ -249,12 +249,17 @@ def sweep(compiled, target: targets.Target | str | None = None, link: HostLink |
     return Sweep(base.step_seconds, tuple(seconds), base.tokens, target.gpu.architecture.name, target.link.key)
 
 
+def rank_records(a: Mapping[str, Any], b: Mapping[str, Any]) -> Ranking:
+    """Rank two stored step records (``steps.record``) with the paired band of their stored sweeps."""
+    return rank(Sweep.from_paired(a["sweep"]), Sweep.from_paired(b["sweep"]), (a["label"], b["label"]))
+
+
 def rank_stored(records, a: str, b: str) -> Ranking:
     """Rank two stored step records (``steps.record``, e.g. from ``benchmarks/results/central.json``) by
     their labels, with the paired band of their stored sweeps."""
-    sweeps = {r["label"]: Sweep.from_paired(r["sweep"]) for r in records if "sweep" in r}
-    missing = [label for label in (a, b) if label not in sweeps]
+    swept = {r["label"]: r for r in records if "sweep" in r}
+    missing = [label for label in (a, b) if label not in swept]
     if missing:
         raise ValueError(f"no stored sweep for {', '.join(map(repr, missing))} (a step that does not fit is not "
-                         f"ranked); ranked steps: {', '.join(sorted(sweeps))}")
-    return rank(sweeps[a], sweeps[b], (a, b))
+                         f"ranked); ranked steps: {', '.join(sorted(swept))}")
+    return rank_records(swept[a], swept[b])

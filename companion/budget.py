@@ -308,8 +308,8 @@ class _Step:
     mem_fraction: float
     target: Target | None
     mu_bytes: int
-    specs: list
-    shards: dict
+    specs: tuple  # models.graph.ParamSpec, read-only (shared by every estimate of the model and mesh)
+    shards: Mapping[str, int]  # elements per device, by parameter path (read-only)
     terms: list = dataclasses.field(default_factory=list)
     graphs: list = dataclasses.field(default_factory=list)  # per layer stack: label, count, routed, sizes, graph, ...
     param_bytes: int = 0

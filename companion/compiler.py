@@ -492,10 +492,9 @@ def _report_key(lowered, options: Mapping[str, Any], placement: Placement) -> st
     """The compile's entry in the report cache (``companion.report_cache``), or None where it is off."""
     if report_cache.folder() is None:
         return None
-    compile_options = {k: v for k, v in options.items() if k != "xla_gpu_kernel_cache_file"}
     mesh = placement.mesh
     program = _CALLBACK_ADDRESS.sub(r'\1"callback"', lowered.as_text())
-    return report_cache.key(program, repr(sorted(compile_options.items())), repr(placement.target),
+    return report_cache.key(program, repr(sorted(_without_kernel_cache(options).items())), repr(placement.target),
                             placement.backend, repr(dict(mesh.shape)), repr(mesh.devices.tolist()),
                             backend().xla_flags_at_start, repr([os.environ.get(v) for v in _LOG_SETTINGS]))
 
@@ -503,11 +502,15 @@ def _report_key(lowered, options: Mapping[str, Any], placement: Placement) -> st
 KERNEL_CACHE_ENV = "OFFLOAD_LAB_KERNEL_CACHE"
 
 
+def _without_kernel_cache(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The compile options less the kernel cache file (which decides code generation's time, not the program)."""
+    return {k: v for k, v in options.items() if k != "xla_gpu_kernel_cache_file"}
+
+
 def _compile_without_cache(lowered, options: dict, placement: Placement):
     """The compile again with the kernel cache off: a failure that persists is XLA's, reported in one line."""
-    options = {k: v for k, v in options.items() if k != "xla_gpu_kernel_cache_file"}
     try:
-        return lowered.compile(compiler_options=options)
+        return lowered.compile(compiler_options=_without_kernel_cache(options))
     except Exception as err:
         raise ValueError(f"XLA refused the compile for {placement.target.name}: {str(err).splitlines()[0]}") from None
 

@@ -74,17 +74,24 @@ class Conditions:
                 "expect a gain": "yes" if self.expect_gain else "no"}
 
 
-def _loop_times(report, simulator: Simulator, result: StepSimulation, direction: str) -> list[tuple[float, float]]:
+def _moved(report) -> dict[tuple[str, str], int]:
+    """Offloaded bytes per execution of each computation, by (computation, direction)."""
+    out: dict[tuple[str, str], int] = {}
+    for t in report.offload.transfers:
+        out[t.computation, t.direction] = out.get((t.computation, t.direction), 0) + t.bytes_per_execution
+    return out
+
+
+def _loop_times(moved: dict[tuple[str, str], int], simulator: Simulator, result: StepSimulation,
+                direction: str) -> list[tuple[float, float]]:
     """(transfer seconds on the link, compute seconds) per iteration of each loop body moving ``direction``."""
     bandwidth = simulator.target.link.bandwidth_per_gpu(direction)
     out = []
     for loop in hlo.loops(simulator.module):
-        moved = sum(t.bytes_per_execution for t in report.offload.transfers
-                    if t.computation == loop.body and t.direction == direction)
-        if not moved:
+        if not moved.get((loop.body, direction)):
             continue
         compute = sum(e.seconds for e in result.lane_events(loop.body) if e.kind == "compute")
-        out.append((moved / bandwidth, compute))
+        out.append((moved[loop.body, direction] / bandwidth, compute))
     return out
 
 
@@ -93,11 +100,14 @@ def conditions(report, simulator: Simulator, result: StepSimulation, layers: int
     with events: the default ``Simulator.run``); ``layers``: the model's decoder layers."""
     if not report.offload.transfers:
         raise ValueError("no host transfers in this compile: the conditions are for a step that offloads")
-    moved = {loop.body: sum(t.bytes_per_execution for t in report.offload.transfers if t.computation == loop.body)
-             for loop in hlo.loops(simulator.module)}
-    busiest = max(hlo.loops(simulator.module), key=lambda loop: moved[loop.body], default=None)
-    trips = (busiest.trips or 0) if busiest is not None and moved[busiest.body] else 0
-    reads, writes = (_loop_times(report, simulator, result, d) for d in ("h2d", "d2h"))
+    moved = _moved(report)
+
+    def loop_bytes(loop) -> int:
+        return moved.get((loop.body, "d2h"), 0) + moved.get((loop.body, "h2d"), 0)
+
+    busiest = max(hlo.loops(simulator.module), key=loop_bytes, default=None)
+    trips = (busiest.trips or 0) if busiest is not None and loop_bytes(busiest) else 0
+    reads, writes = (_loop_times(moved, simulator, result, d) for d in ("h2d", "d2h"))
     if not result.lane_events() or (reads and not any(c for _, c in reads)):
         raise ValueError("the simulation recorded no events: replay with events (Simulator.run's default max_events)")
 

@@ -207,7 +207,7 @@ def compared_steps(rows: Sequence[Mapping[str, Any]], against: str | None = None
         band = r.get("band")
         vs = "-"
         if r is not base and base is not None and "sweep" in r and "sweep" in base:
-            vs = bands.rank(bands.Sweep.from_paired(r["sweep"]), bands.Sweep.from_paired(base["sweep"])).short()
+            vs = bands.rank_records(r, base).short()
         elif not r["fits"]:
             vs = "not ranked: does not fit"
         over = r["device_peak_bytes"] - r["usable_hbm_bytes"]
@@ -242,7 +242,7 @@ def pipelining_verdicts(rows: Sequence[Mapping[str, Any]]) -> str:
                     None)
         measured = "-"
         if twin is not None and "sweep" in twin:
-            measured = bands.rank(bands.Sweep.from_paired(twin["sweep"]), bands.Sweep.from_paired(r["sweep"])).short()
+            measured = bands.rank_records(twin, r).short()
         elif twin is not None:
             measured = "pipelined does not fit"
         conditions = {k: v for k, v in r["conditions"].items() if k != "expect_gain"}
