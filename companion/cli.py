@@ -19,7 +19,7 @@ from pathlib import Path
 import sys
 
 from . import flags as xla_flags
-from . import targets
+from . import libtpu, targets
 from .models import configs as models_configs
 
 PIPELINED_FLAG = xla_flags.PIPELINED_HOST_OFFLOADING
@@ -107,10 +107,17 @@ def _target(args) -> targets.Target:
     (``needed``: the search's ceiling until the search says)."""
     from . import fraction as fraction_lib
 
-    try:
-        fraction = fraction_lib.CEILING if _needs_fraction(args) else targets.check_mem_fraction(args.mem_fraction)
-    except ValueError as err:
-        raise ValueError(f"{err}; or --mem-fraction {NEEDED}: the smallest that fits") from None
+    chip = targets.accelerator(args.target.split(":", 1)[0])
+    if chip.platform == "tpu":  # no allocator share to set: refused only when given
+        if args.mem_fraction != targets.DEFAULT_MEM_FRACTION:
+            raise ValueError(f"--mem-fraction {args.mem_fraction}: {chip.key}'s runtime gives a program a fixed "
+                             f"{chip.usable_hbm_bytes / targets.GiB:.2f} GiB (no allocator share); leave it out")
+        fraction = None
+    else:
+        try:
+            fraction = fraction_lib.CEILING if _needs_fraction(args) else targets.check_mem_fraction(args.mem_fraction)
+        except ValueError as err:
+            raise ValueError(f"{err}; or --mem-fraction {NEEDED}: the smallest that fits") from None
     if ":" in args.target:
         target = targets.target(args.target, mem_fraction=fraction)
     else:
@@ -172,10 +179,17 @@ def _step_inputs(args):
             raise ValueError(f"--{name} must be positive, got {getattr(args, name)}")
     if args.gpus is not None and args.gpus < 1:
         raise ValueError(f"--gpus must be positive, got {args.gpus}")
+    target = _target(args)  # cheap checks first
     spec = _flag_spec(args.xla_flags)
-    if getattr(args, "pipelined", False):
-        spec = f"{spec or ''} --{PIPELINED_FLAG}=true".strip()
-    flag_set = xla_flags.resolve(spec, workarounds=not args.no_workarounds)  # cheap checks first
+    if target.is_tpu:
+        if getattr(args, "pipelined", False):
+            raise ValueError(f"--pipelined sets --{PIPELINED_FLAG}, an XLA:GPU flag; {target.name} compiles with "
+                             "libtpu's flags (--xla-flags maxtext_host_offload: MaxText's TPU host-offload set)")
+        flag_set = libtpu.resolve(spec)
+    else:
+        if getattr(args, "pipelined", False):
+            spec = f"{spec or ''} --{PIPELINED_FLAG}=true".strip()
+        flag_set = xla_flags.resolve(spec, workarounds=not args.no_workarounds)
     cfg = models.config(args.model, **({"attention": args.attention} if args.attention else {}))
     moe = {k: v for k, v in (("dispatch", args.moe), ("capacity_factor", args.capacity_factor),
                                ("ragged_buffer_factor", args.ragged_buffer_factor), ("imbalance", args.moe_imbalance))
@@ -185,7 +199,6 @@ def _step_inputs(args):
             raise ValueError(f"--moe, --capacity-factor, --ragged-buffer-factor and --moe-imbalance need a model with "
                              f"routed experts; {cfg.name} has none")
         cfg = cfg.with_moe(**moe)  # each value checked by ModelConfig: one line naming it and its range
-    target = _target(args)
     from .train import StateConfig
 
     if run is not None:
@@ -288,7 +301,13 @@ def _print_moe(moe: dict) -> None:
 
 
 def _compile(args) -> int:
-    cfg, trainer, state, report = _compiled(args)
+    from .compiler import DoesNotFit
+
+    try:
+        cfg, trainer, state, report = _compiled(args)
+    except DoesNotFit as refused:  # XLA:TPU's verdict, not a failure of the command
+        print(json.dumps(refused.to_dict(), indent=1) if args.json else str(refused))
+        return 0
     moe = _moe(cfg, args.batch, args.seq, report.mesh)
     out = {"model": cfg.name, "policy": trainer.policy.name, "batch": args.batch, "seq": args.seq,
            "params": cfg.param_count(), "attention": cfg.attention,
@@ -562,6 +581,82 @@ class _Parser(argparse.ArgumentParser):
         self.exit(1, f"error: {message} (see `{self.prog} --help`)\n")
 
 
+def _local_target() -> targets.Target:
+    """The lab's target for this machine's first accelerator (one device)."""
+    import jax
+
+    kind = jax.local_devices()[0].device_kind
+    for key in targets.ACCELERATORS:
+        if targets.accelerator(key).matches_device_kind(kind):
+            return targets.target(key, "1")
+    raise ValueError(f"this machine's {kind!r} is not in the lab's catalog ({', '.join(targets.ACCELERATORS)})")
+
+
+def _measure(args) -> int:
+    """``measure``: the train step run on this machine's accelerator (see ``companion.measure``)."""
+    from . import compiler, measure, models, train
+
+    measure.require_accelerator()
+    if args.steps < 1 or args.processes < 1 or args.batch < 1 or args.seq < 1:
+        raise ValueError("--steps, --processes, --batch and --seq must be positive")
+    if args.processes > 1:
+        return _measure_processes(args)
+    target = _local_target()
+    cfg = models.config(args.model)
+    state = train.StateConfig(optimizer_memory_host_offload=args.offload_optimizer)
+    trainer = train.trainer(cfg, args.policy, state=state)
+    record = measure.train_step(trainer, compiler.place(target), args.batch, args.seq, flags=args.xla_flags,
+                                steps=args.steps, warmup=args.warmup, footprint=args.footprint, trace_dir=args.trace)
+    out = {"model": cfg.name, "target": target.name, "batch": args.batch, "seq": args.seq,
+           "policy": trainer.policy.name, **record}
+    if args.json:
+        print(json.dumps(out, indent=1, default=str))
+        return 0
+    verdict, timing = record["verdict"], record.get("timing")
+    print(f"{cfg.name} B={args.batch} S={args.seq} {trainer.policy.name} on {target.name}: {verdict['status']}"
+          + (f" ({verdict['stage']}: {verdict['message']})" if verdict["status"] != "runs" else ""))
+    if timing:
+        print(f"  step {timing['median'] * 1e3:.2f} ms median of {len(timing['seconds'])} (min {timing['min'] * 1e3:.2f}, "
+              f"max {timing['max'] * 1e3:.2f}) after {timing['warmup']} warm-up; loss {record['loss']:.4f}")
+        c = record["compile"]
+        print(f"  compiled peak {c['peak_bytes'] / targets.GiB:.2f} GiB of {c['usable_hbm_bytes'] / targets.GiB:.2f}; "
+              f"host {c['host_bytes'] / targets.GiB:.2f} GiB")
+    if "filler_peak" in record:
+        print(f"  footprint by filler {record['filler_peak']['footprint_bytes'] / targets.GiB:.2f} GiB")
+    if "trace" in record:
+        t = record["trace"]
+        print(f"  trace: device busy {t['busy_seconds'] * 1e3:.1f} ms, host transfers {t['async_seconds'] * 1e3:.1f} ms "
+              f"({t['overlap']:.0%} beside compute)")
+    return 0
+
+
+def _measure_processes(args) -> int:
+    """``measure --processes N``: the same measurement in N separate processes, one after the other (one
+    program holds a chip), and the run-to-run spread of their medians."""
+    import subprocess
+
+    from . import measure
+
+    argv = [sys.executable, "-m", "companion", "measure", "--model", args.model, "--batch", str(args.batch),
+            "--seq", str(args.seq), "--policy", args.policy, "--steps", str(args.steps), "--warmup",
+            str(args.warmup), "--json"] + (["--offload-optimizer"] if args.offload_optimizer else []) + (
+            [f"--xla-flags={args.xla_flags}"] if args.xla_flags else [])
+    medians = []
+    for _ in range(args.processes):
+        done = subprocess.run(argv, capture_output=True, text=True)
+        if done.returncode:
+            raise ValueError(f"a measuring process failed: {done.stderr.strip().splitlines()[-1:]}")
+        record = json.loads(done.stdout)
+        if "timing" not in record:
+            raise ValueError(f"the step does not run: {record['verdict']}")
+        medians.append(record["timing"]["median"])
+    out = {"process_medians": medians, "spread": measure.spread(medians)}
+    print(json.dumps(out, indent=1) if args.json else
+          f"{args.processes} processes: medians {', '.join(f'{m * 1e3:.2f}' for m in medians)} ms; "
+          f"run-to-run spread {out['spread']:.2%}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m companion", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -631,6 +726,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object")
     _add_overrides_argument(p)
     p.set_defaults(run=_plan)
+    p = sub.add_parser("measure", help="run the train step on this machine's TPU or GPU: time, spread across "
+                                       "processes, real footprint, profiler trace (one line without one)")
+    p.add_argument("--model", default="tiny-llama", help="a model config small enough for the local chip")
+    p.add_argument("--batch", type=int, default=8, help="global batch B")
+    p.add_argument("--seq", type=int, default=128, help="sequence length S")
+    p.add_argument("--policy", default="full", help="remat policy")
+    p.add_argument("--offload-optimizer", action="store_true", help="optimizer_memory_host_offload")
+    p.add_argument("--xla-flags", default=None, help="flags for the local compiler (on a TPU: a libtpu preset, "
+                                                     "libtpu_defaults or maxtext_host_offload, and/or --name=value)")
+    p.add_argument("--steps", type=int, default=5, help="timed calls after the warm-up")
+    p.add_argument("--warmup", type=int, default=2, help="untimed calls first")
+    p.add_argument("--processes", type=int, default=1, help="repeat in this many separate processes: the spread")
+    p.add_argument("--footprint", action="store_true", help="also bisect the real footprint with a filler array")
+    p.add_argument("--trace", metavar="DIR", default=None, help="also trace one call with jax.profiler into DIR")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(run=_measure)
     p = sub.add_parser("train", help="train a small model on this machine's devices (or as one process of a "
                                      "jax.distributed job set up by its environment), with Orbax checkpoints")
     p.add_argument("--model", default="tiny-llama", help="a model small enough for this machine (tiny-llama, tiny-deepseek)")

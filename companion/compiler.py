@@ -1,17 +1,26 @@
-"""Compile a jittable function for a GPU target and report what XLA did with memory.
+"""Compile a jittable function for a GPU or TPU target and report what XLA did with memory.
 
-Three ways to get there, chosen per ``place(...)`` call:
+Five ways to get there, chosen per ``place(...)`` call:
 
 * ``"cuda"``: the CUDA PJRT plugin's compile-only topology, built from the target's
   ``GpuTargetConfigProto``. Needs no GPU: the real GPU compiler (scheduler, host offload
   passes, buffer assignment) runs on the CPU of a laptop or a CI machine.
 * ``"gpu"``: the GPUs of this machine, when there are any (the numbers are then also the
   ones the allocator will see at run time).
+* ``"libtpu"``: libtpu's compile-only TPU topology (``companion.libtpu``): XLA:TPU on a machine
+  without a TPU. Its flags are libtpu's (``libtpu.resolve``), never the GPU set or workaround.
+* ``"tpu"``: the TPU chip of this machine (the compile the lab then runs: ``companion.measure``).
 * ``"cpu"``: the CPU backend, when the CUDA plugin is missing (macOS, Windows). Reports say
   so: the CPU compiler drops host-offload annotations, so host bytes are always 0 there.
 
-``"auto"`` picks the local GPUs when they match the target, else the compile-only topology,
-else the CPU with a one-line warning.
+``"auto"`` picks the local accelerators when they match the target, else the compile-only
+topology, else (GPU targets) the CPU with a one-line warning.
+
+Where XLA:TPU differs from XLA:GPU in what the lab reads: a program over the chip's HBM is refused
+at compile time (``DoesNotFit``, with the bytes it needed) rather than compiled and reported over;
+loops carry no ``known_trip_count`` (``hlo`` reads the trip count from the loop's condition); dots
+are ``convolution``s inside fusions; host transfers are native ``dynamic-(update-)slice-start``
+ops on ``S(5)`` buffers, not fusions; the cost analysis counts a loop body once.
 """
 
 from __future__ import annotations
@@ -39,10 +48,11 @@ from . import descriptors
 from . import fit as fit_rule
 from . import dump as xla_dump
 from . import flags as xla_flags
-from . import hlo, report_cache, stderr
+from . import hlo, libtpu, report_cache, stderr
 from .targets import Target
 
-BACKENDS = ("auto", "cuda", "gpu", "cpu")
+BACKENDS = ("auto", "cuda", "gpu", "libtpu", "tpu", "cpu")
+COMPILE_ONLY = ("cuda", "libtpu")  # backends that compile for a topology with no device behind it
 
 
 # ----------------------------------------------------------------------------- backend
@@ -52,24 +62,28 @@ BACKENDS = ("auto", "cuda", "gpu", "cpu")
 class BackendInfo:
     """What this process can compile for."""
 
-    platform: str  # jax.default_backend(): 'gpu' on a GPU machine, else 'cpu'
+    platform: str  # jax.default_backend(): 'gpu' or 'tpu' on such a machine, else 'cpu'
     local_devices: tuple[str, ...]  # device kinds of this machine
     cuda_plugin: bool  # the CUDA PJRT plugin is installed: compile-only GPU targets work
     xla_flags_at_start: str  # XLA_FLAGS when the backend started (XLA reads it only then)
     startup_log: str  # what the backend wrote to stderr while starting
+    libtpu: bool = False  # libtpu is installed: compile-only TPU targets work
 
     @property
     def can_compile_for_gpu_targets(self) -> bool:
         return self.cuda_plugin or self.platform == "gpu"
 
     def describe(self) -> str:
-        if self.platform == "gpu":
-            where = f"{len(self.local_devices)} local GPU(s): {', '.join(sorted(set(self.local_devices)))}"
+        if self.platform in ("gpu", "tpu"):
+            where = (f"{len(self.local_devices)} local {self.platform.upper()}(s): "
+                     f"{', '.join(sorted(set(self.local_devices)))}")
         else:
-            where = "no local GPU (the CPU backend runs arrays)"
+            where = "no local GPU or TPU (the CPU backend runs arrays)"
         how = ("GPU targets compile through the CUDA plugin's compile-only topology"
                if self.cuda_plugin else "CUDA plugin missing: only the CPU backend (offload not modelled)")
-        return f"{where}; {how}"
+        tpu = ("; TPU targets through libtpu's compile-only topology" if self.libtpu
+               else "; libtpu missing: no TPU targets")
+        return f"{where}; {how}{tpu}"
 
 
 @functools.cache  # the backend itself is process-global: it starts once
@@ -89,11 +103,15 @@ def backend() -> BackendInfo:
         cuda_plugin=_cuda_plugin_installed(),
         xla_flags_at_start=env_flags,
         startup_log=log.text,
+        libtpu=libtpu.installed(),
     )
 
 
 def _cuda_plugin_installed() -> bool:
-    return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
+    try:
+        return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
+    except ModuleNotFoundError:  # no jax_plugins namespace at all (a TPU VM's JAX)
+        return False
 
 
 def warn_if_xla_flags_changed() -> None:
@@ -116,7 +134,7 @@ class Placement:
 
     target: Target
     mesh: Mesh
-    backend: str  # 'cuda' (compile-only topology), 'gpu' (local GPUs) or 'cpu'
+    backend: str  # 'cuda' / 'libtpu' (compile-only topologies), 'gpu' / 'tpu' (local devices) or 'cpu'
 
     @property
     def num_devices(self) -> int:
@@ -160,6 +178,11 @@ def place(target: Target, mesh_axes: Mapping[str, int] | None = None, *, backend
         raise ValueError(f"mesh {_fmt_axes(axes)} has {_prod(axes.values())} devices but target "
                          f"{target.name} has {n}; make the axis sizes multiply to {n}")
     info = backend()
+    if target.is_tpu:
+        kind = _tpu_backend(target, info, backend_kind)
+        return Placement(target, _tpu_mesh(target, axes, kind), kind)
+    if backend_kind in ("libtpu", "tpu"):
+        raise ValueError(f"backend {backend_kind!r} compiles for TPU targets; {target.name} is a GPU")
     kind = backend_kind
     if kind == "auto":
         if info.platform == "gpu" and _local_gpus_match(target):
@@ -190,6 +213,25 @@ def place(target: Target, mesh_axes: Mapping[str, int] | None = None, *, backend
         devices = devices[:n]
     mesh = Mesh(np.asarray(devices, dtype=object).reshape(tuple(axes.values())), tuple(axes))
     return Placement(target, mesh, kind)
+
+
+def _tpu_backend(target: Target, info: BackendInfo, backend_kind: str) -> str:
+    """``tpu`` (this machine's chip) or ``libtpu`` (the compile-only topology) for a TPU target."""
+    local = info.platform == "tpu" and all(target.accelerator.matches_device_kind(d) for d in info.local_devices)
+    if backend_kind == "auto":
+        return "tpu" if local else "libtpu"
+    if backend_kind == "tpu" and not local:
+        raise ValueError(f"backend 'tpu' runs on this machine's {target.accelerator.device_kind}; it has "
+                         f"{', '.join(sorted(set(info.local_devices))) or 'none'} (backend 'libtpu' compiles without one)")
+    if backend_kind not in ("tpu", "libtpu"):
+        raise ValueError(f"{target.name} is a TPU: backend 'libtpu' (compile-only) or 'tpu' (this machine's chip), "
+                         f"not {backend_kind!r}")
+    return backend_kind
+
+
+def _tpu_mesh(target: Target, axes: Mapping[str, int], kind: str) -> Mesh:
+    devices = jax.devices("tpu")[: target.num_devices] if kind == "tpu" else list(libtpu.topology(target.accelerator).devices)
+    return Mesh(np.asarray(devices, dtype=object).reshape(tuple(axes.values())), tuple(axes))
 
 
 def _prod(values) -> int:
@@ -343,6 +385,13 @@ class CompileReport:
         return int(found[-1]) if found else None
 
     @property
+    def xla_rematerialized(self) -> int:
+        """Instructions XLA's own rematerialization pass cloned to fit the memory limit (it names each
+        clone ``*.remat``): a "saving" policy that fits only because XLA recomputed shows here (and in
+        its log), not in the policy. MaxText's GPU flags disable the pass; XLA:TPU runs it."""
+        return sum(1 for instr in self.module.instructions() if ".remat" in instr.name)
+
+    @property
     def compiler_warnings(self) -> list[str]:
         """XLA's warning and error log lines from this compile (e.g. rematerialization giving up)."""
         return [line for line in self.compiler_log.splitlines() if line[:1] in ("W", "E") and "] " in line]
@@ -420,7 +469,8 @@ class CompileReport:
 def compile(fn: Callable, *args, placement: Placement,
             flags: str | Mapping[str, Any] | xla_flags.FlagSet | None = None, workarounds: bool = True,
             dump: bool | str | Path = False, static_argnums=(), donate_argnums=(),
-            host_arguments: Sequence[bool] | None = None, workload: Workload | None = None) -> CompileReport:
+            host_arguments: Sequence[bool] | None = None, workload: Workload | None = None,
+            executable: bool = False) -> CompileReport:
     """Lower and compile ``fn`` for ``placement`` with abstract ``args``; return the report.
 
     ``args`` are pytrees of ``jax.ShapeDtypeStruct`` (see ``Placement.abstract``). ``flags`` are
@@ -434,9 +484,14 @@ def compile(fn: Callable, *args, placement: Placement,
     ``workload``: the model FLOPs and tokens the step computes, for throughput (``Workload``).
     Where ``$OFFLOAD_LAB_REPORT_CACHE`` names a folder (the test targets), a step compiled before with
     the same program, flags and target is that compile's report (``companion.report_cache``).
+    ``executable=True`` (a placement on local devices: ``companion.measure``) returns ``(report, compiled)``,
+    the executable the report describes; the report cache is then left alone.
     """
+    if executable and placement.backend in COMPILE_ONLY:
+        raise ValueError(f"backend {placement.backend!r} compiles for a topology with no device: nothing to run")
     warn_if_xla_flags_changed()
-    flag_set = xla_flags.resolve(flags, workarounds=workarounds)
+    tpu = placement.target.is_tpu
+    flag_set = libtpu.resolve(flags) if tpu else xla_flags.resolve(flags, workarounds=workarounds)
     options = flag_set.compiler_options()
     if hasattr(fn, "lower") and (static_argnums or donate_argnums):
         raise ValueError("fn is already jitted: give static_argnums/donate_argnums to jax.jit, not to compile()")
@@ -458,13 +513,15 @@ def compile(fn: Callable, *args, placement: Placement,
             if host_arguments is not None:
                 _mark_host_arguments(lowered, host_arguments, len(jax.tree.leaves(args)))
             _refuse_aborting_combinations(flag_set, lowered)
-            entry = None if dump_dir else _report_key(lowered, options, placement)
+            entry = None if dump_dir or executable else _report_key(lowered, options, placement)
             stored = report_cache.load(entry) if entry else None
             if stored is not None:
                 return dataclasses.replace(stored, workload=workload)
             try:
                 compiled = lowered.compile(compiler_options=options)
             except Exception as err:  # XLA reports bad flag values as JaxRuntimeError
+                if tpu:
+                    raise _tpu_refusal(err, placement, flag_set, time.perf_counter() - start) from None
                 if cache is None:
                     raise ValueError(f"XLA refused the compile for {placement.target.name}: "
                                      f"{str(err).splitlines()[0]}") from None
@@ -473,10 +530,42 @@ def compile(fn: Callable, *args, placement: Placement,
         report = _report(compiled, placement, seconds, flag_set, log.text, dump_dir, workload)
         if entry:
             report_cache.store(entry, report)
-        return report
+        return (report, compiled) if executable else report
     finally:
         if dump is True:
             shutil.rmtree(dump_dir, ignore_errors=True)
+
+
+class DoesNotFit(ValueError):
+    """XLA:TPU refused a program over the chip's HBM at compile time (``RESOURCE_EXHAUSTED``): a verdict,
+    with the bytes it needed and had (``libtpu.out_of_memory``), not a crash."""
+
+    def __init__(self, message: str, target: str, needed_bytes: int, available_bytes: int, flag_set,
+                 compile_seconds: float):
+        super().__init__(message)
+        self.target, self.needed_bytes, self.available_bytes = target, needed_bytes, available_bytes
+        self.flag_set, self.compile_seconds = flag_set, compile_seconds
+
+    @property
+    def over_bytes(self) -> int:
+        return self.needed_bytes - self.available_bytes
+
+    def to_dict(self) -> dict:
+        return {"target": self.target, "fits": False, "needed_bytes": self.needed_bytes,
+                "available_bytes": self.available_bytes, "message": str(self), "compile_seconds": self.compile_seconds}
+
+
+def _tpu_refusal(err: Exception, placement: Placement, flag_set, seconds: float) -> ValueError:
+    """XLA:TPU's refusal in one line: ``DoesNotFit`` for a program over HBM, else a ValueError."""
+    text = str(err)
+    line = next((part.strip() for part in text.splitlines() if "RESOURCE_EXHAUSTED" in part), text.splitlines()[0])
+    sizes = libtpu.out_of_memory(text)
+    if sizes is None:
+        return ValueError(f"XLA:TPU refused the compile for {placement.target.name}: {line}")
+    gib = 2**30
+    return DoesNotFit(f"does NOT fit {placement.target.name}: XLA:TPU needs {sizes[0] / gib:.2f} GiB of "
+                      f"{sizes[1] / gib:.2f} GiB HBM and refused the compile ({line})",
+                      placement.target.name, sizes[0], sizes[1], flag_set, seconds)
 
 
 # jax.custom_partitioning (cuDNN attention's partitioner) names its Python callback by address: another
@@ -532,7 +621,7 @@ def kernel_cache_file(placement: Placement) -> str | None:
     reports cold ones too.
     """
     folder = os.environ.get(KERNEL_CACHE_ENV, "")
-    if placement.backend == "cpu" or folder.lower() == "off":
+    if placement.backend not in ("cuda", "gpu") or folder.lower() == "off":
         return None
     folder = folder or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
                                     "offload-lab", "xla-kernels")
@@ -639,9 +728,10 @@ def _report(compiled, placement: Placement, seconds: float, flag_set: xla_flags.
         usable_hbm_bytes=target.usable_hbm_bytes,
         device=device,
         host=host,
-        offload=dataclasses.replace(hlo.offload_summary(module), checks=descriptors.check(module)),
+        offload=dataclasses.replace(hlo.offload_summary(module), checks=(
+            descriptors.DescriptorChecks(()) if target.is_tpu else descriptors.check(module))),  # #46231: XLA:GPU's
         collectives=hlo.collective_summary(module),
-        flops=hlo.flop_summary(module, target.gpu.architecture.grouped_gemm_tile_rows),
+        flops=hlo.flop_summary(module, target.accelerator.grouped_gemm_tile_rows),
         compile_seconds=seconds,
         flag_set=flag_set,
         hlo_text=text,

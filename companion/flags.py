@@ -293,24 +293,31 @@ class FlagSet:
     overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
     workarounds: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # what the lab left out of the caller's flags, and why
+    platform: str = "gpu"  # gpu: XLA:GPU's flags (XLA_FLAGS); tpu: libtpu's (LIBTPU_INIT_ARGS, companion.libtpu)
 
     def describe(self) -> str:
         parts = [self.preset]
         if self.overrides:
-            parts.append(to_xla_flags(self.overrides))
+            parts.append(self._text(self.overrides))
         parts += [f"+ {w} fix" for w in self.workarounds]
         return " ".join(parts)
 
+    def _text(self, flags: Mapping[str, Any]) -> str:
+        if self.platform == "tpu":  # validated by companion.libtpu when the set was made
+            return " ".join(f"--{name}={shlex.quote(format_value(value))}" for name, value in flags.items())
+        return to_xla_flags(flags)
+
     def xla_flags(self) -> str:
-        """The whole set as an ``XLA_FLAGS`` string."""
-        return to_xla_flags(self.flags)
+        """The whole set as one flag string: ``XLA_FLAGS`` on a GPU, ``LIBTPU_INIT_ARGS`` on a TPU."""
+        return self._text(self.flags)
 
     def compiler_options(self) -> dict[str, Any]:
         return to_compiler_options(self.flags)
 
     def to_dict(self) -> dict:
-        return {"preset": self.preset, "overrides": {k: format_value(v) for k, v in self.overrides.items()},
-                "workarounds": list(self.workarounds), "notes": list(self.notes), "xla_flags": self.xla_flags()}
+        out = {"preset": self.preset, "overrides": {k: format_value(v) for k, v in self.overrides.items()},
+               "workarounds": list(self.workarounds), "notes": list(self.notes), "xla_flags": self.xla_flags()}
+        return out if self.platform == "gpu" else {**out, "platform": self.platform}
 
 
 def resolve(spec: "str | Mapping[str, Any] | FlagSet | None" = None, *, preset: str | None = None,

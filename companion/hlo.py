@@ -173,6 +173,7 @@ class Instruction:
     computation: str
     is_root: bool = False
     operand_text: str = ""  # as written between the parentheses (e.g. "1" for parameter(1))
+    inferred_trip_count: int | None = None  # a while's trips read from its condition (``_infer_trip_counts``)
 
     @property
     def called(self) -> list[str]:
@@ -200,8 +201,9 @@ class Instruction:
 
     @property
     def trip_count(self) -> int | None:
+        """A while's trips: XLA:GPU's ``known_trip_count``, else (XLA:TPU prints none) read from its condition."""
         n = self.backend_config.get("known_trip_count", {}).get("n")
-        return int(n) if n is not None else None
+        return int(n) if n is not None else self.inferred_trip_count
 
     @property
     def custom_call_target(self) -> str:
@@ -353,7 +355,86 @@ def parse_module(text: str) -> HloModule:
             current.instructions.append(_parse_instruction(m.group(2), m.group(3), current.name, bool(m.group(1))))
     if not entry and computations:
         entry = list(computations)[-1]
-    return HloModule(name_match.group(1) if name_match else "", computations, entry)
+    module = HloModule(name_match.group(1) if name_match else "", computations, entry)
+    _infer_trip_counts(module)
+    return module
+
+
+_COUNTING = {"LT": lambda start, end, step: -(-(end - start) // step), "NE": lambda start, end, step: (end - start) // step,
+             "LE": lambda start, end, step: (end - start) // step + 1}
+
+
+def _infer_trip_counts(module: HloModule) -> None:
+    """Trips of the whiles XLA printed no ``known_trip_count`` for (XLA:TPU prints none): a counted loop
+    ``i = start; while i < end: i += step`` whose condition compares one tuple element with a constant,
+    whose body adds a constant step to it and whose start is a constant (through copies). Others stay None."""
+    for instr in module.instructions():
+        if instr.opcode != "while" or instr.backend_config.get("known_trip_count") or not instr.operands:
+            continue
+        cond = module.computations.get(instr.attrs.get("condition", "").lstrip("%"))
+        body = module.computations.get(instr.attrs.get("body", "").lstrip("%"))
+        if cond is None or body is None:
+            continue
+        compare = cond.root
+        direction = re.search(r"direction=(\w+)", " ".join(compare.attrs.values()) + " " + compare.attrs.get("direction", ""))
+        direction = compare.attrs.get("direction") or (direction.group(1) if direction else "")
+        if compare.opcode != "compare" or direction not in _COUNTING or len(compare.operands) != 2:
+            continue
+        index, end = _tuple_index(cond, compare.operands[0]), _constant(cond, compare.operands[1])
+        start = step = None
+        if index is not None and end is not None:
+            start = _constant(module.computations[instr.computation], _tuple_element(module, instr, index))
+            step = _step(body, index)
+        if None not in (index, end, start, step) and step > 0:
+            instr.inferred_trip_count = max(0, _COUNTING[direction](start, end, step))
+
+
+def _through_copies(comp: Computation, name: str | None) -> Instruction | None:
+    instr = comp.by_name.get(name) if name else None
+    while instr is not None and instr.opcode in ("copy", "bitcast", "convert") and instr.operands:
+        instr = comp.by_name.get(instr.operands[0])
+    return instr
+
+
+def _constant(comp: Computation, name: str | None) -> int | None:
+    instr = _through_copies(comp, name)
+    if instr is None or instr.opcode != "constant" or not re.fullmatch(r"-?\d+", instr.operand_text.strip()):
+        return None
+    return int(instr.operand_text)
+
+
+def _tuple_index(comp: Computation, name: str) -> int | None:
+    """k where ``name`` is get-tuple-element(parameter, index=k) of ``comp``."""
+    instr = _through_copies(comp, name)
+    if instr is None or instr.opcode != "get-tuple-element":
+        return None
+    source = comp.by_name.get(instr.operands[0]) if instr.operands else None
+    if source is None or source.opcode != "parameter":
+        return None
+    return int(instr.attrs.get("index", "-1"))
+
+
+def _tuple_element(module: HloModule, loop: Instruction, index: int) -> str | None:
+    """The name of element ``index`` of the tuple a while starts from."""
+    init = module.computations[loop.computation].by_name.get(loop.operands[0])
+    if init is None or init.opcode != "tuple" or index >= len(init.operands):
+        return None
+    return init.operands[index]
+
+
+def _step(body: Computation, index: int) -> int | None:
+    """The constant a loop body adds to its tuple element ``index``."""
+    root = body.root
+    if root.opcode != "tuple" or index >= len(root.operands):
+        return None
+    add = _through_copies(body, root.operands[index])
+    if add is None or add.opcode != "add" or len(add.operands) != 2:
+        return None
+    a, b = add.operands
+    for counter, constant in ((a, b), (b, a)):
+        if _tuple_index(body, counter) == index:
+            return _constant(body, constant)
+    return None
 
 
 def _parse_instruction(name: str, body: str, computation: str, is_root: bool) -> Instruction:
@@ -731,14 +812,56 @@ def dot_flops(module: HloModule, instr: Instruction, grouped_tile: int = GROUPED
         return 2.0 * out.elements * contracting
     if instr.opcode == "custom-call" and instr.custom_call_target.startswith(CUDNN_ATTENTION):
         return cudnn_attention_flops(module, instr)
+    if instr.opcode == "custom-call" and instr.custom_call_target == "tpu_custom_call":
+        return pallas_attention_flops(module, instr)
     if instr.opcode == "convolution" and len(operands) > 1:
-        kernel = flatten_shape(operands[1])[0]
-        labels = instr.attrs.get("dim_labels", "")
-        kernel_labels = labels.split("_")[1].split("->")[0] if "_" in labels else ""
-        out_feature = kernel.dims[kernel_labels.index("o")] if "o" in kernel_labels else 1
-        # each output element sums over the kernel's window and (per-group) input features
-        return 2.0 * out.elements * kernel.elements / out_feature
+        return 2.0 * out.elements * _convolution_macs_per_output(instr, lhs, flatten_shape(operands[1])[0], out)
     return 0.0
+
+
+_WINDOW_FIELD = re.compile(r"(size|stride|pad|lhs_dilate|rhs_dilate)=([\dx_\-]+)")
+
+
+def _convolution_macs_per_output(instr: Instruction, lhs: ArrayShape, kernel: ArrayShape, out: ArrayShape) -> float:
+    """Multiply-adds per output element of a convolution, averaged over the outputs: the kernel's input
+    features (per group) times the window taps that land on real input elements.
+
+    XLA:TPU writes the batch dimensions of a dot as spatial dimensions of a convolution whose window
+    is mostly padding or dilation holes (``size=4x16 stride=3x15 lhs_dilate=4x16``, or ``size=1x16
+    pad=0_0x15_15``): each output then reads one real element per such dimension, not the window's
+    size. Counted tap by tap per spatial dimension (``_real_taps``)."""
+    labels = instr.attrs.get("dim_labels", "")
+    parts = re.fullmatch(r"(\w+)_(\w+)->(\w+)", labels)
+    if not parts:
+        return kernel.elements / max(1, out.dims[-1] if out.dims else 1)
+    lhs_labels, kernel_labels, out_labels = parts.groups()
+    macs = float(kernel.dims[kernel_labels.index("i")]) if "i" in kernel_labels else 1.0
+    spatial = sorted(c for c in kernel_labels if c.isdigit())  # the window lists spatial dims 0, 1, ... in order
+    fields = dict(_WINDOW_FIELD.findall(instr.attrs.get("window", "")))
+
+    def per_dim(name: str, default: int) -> list[int]:
+        return [int(v) for v in fields[name].split("x")] if name in fields else [default] * len(spatial)
+
+    size = per_dim("size", 1)
+    stride, lhs_dilate, rhs_dilate = per_dim("stride", 1), per_dim("lhs_dilate", 1), per_dim("rhs_dilate", 1)
+    pads = [tuple(int(x) for x in p.split("_")) for p in fields["pad"].split("x")] if "pad" in fields else [(0, 0)] * len(spatial)
+    for d, label in enumerate(spatial):
+        n_in, n_out = lhs.dims[lhs_labels.index(label)], out.dims[out_labels.index(label)]
+        macs *= _real_taps(size[d], stride[d], pads[d][0], lhs_dilate[d], rhs_dilate[d], n_in, n_out) / n_out
+    return macs
+
+
+@functools.lru_cache(maxsize=4096)
+def _real_taps(size: int, stride: int, pad_low: int, lhs_dilate: int, rhs_dilate: int, n_in: int, n_out: int) -> int:
+    """Window taps over all ``n_out`` outputs of one spatial dimension that read a real input element
+    (not padding, not a hole of the input's dilation)."""
+    last = (n_in - 1) * lhs_dilate
+    taps = 0
+    for o in range(n_out):
+        for k in range(size):
+            position = o * stride + k * rhs_dilate - pad_low
+            taps += 0 <= position <= last and position % lhs_dilate == 0
+    return taps
 
 
 CUDNN_ATTENTION = "__cudnn$fmha"
@@ -760,6 +883,38 @@ def cudnn_attention_flops(module: HloModule, instr: Instruction) -> float:
     return 2.0 * b * h * pairs * per_pair
 
 
+PALLAS_ATTENTION = re.compile(r"flash_mha_(fwd|bwd_dq|bwd_dkv)[\w=]*?block_k_major[=_](\d+)")
+# matmuls per query-key pair of each Pallas TPU flash kernel (jax.experimental.pallas.ops.tpu.flash_attention):
+# forward QK^T and PV; dK/dV kernel QK^T again, dV = P^T dO, dP = dO V^T, dK = dS^T Q; dQ kernel QK^T, dP, dQ = dS K
+_PALLAS_MATMULS = {"fwd": 2, "bwd_dkv": 4, "bwd_dq": 3}
+
+
+def pallas_kernel(instr: Instruction) -> tuple[str, int] | None:
+    """(``fwd`` | ``bwd_dq`` | ``bwd_dkv``, block) of a Pallas TPU flash kernel's custom call; None for anything else."""
+    if instr.opcode != "custom-call" or instr.custom_call_target != "tpu_custom_call":
+        return None
+    found = PALLAS_ATTENTION.search(instr.op_name)
+    return (found.group(1), int(found.group(2))) if found else None
+
+
+def pallas_attention_flops(module: HloModule, instr: Instruction) -> float:
+    """Matmul FLOPs of one of the Pallas TPU flash kernels (``tpu_custom_call`` named ``flash_mha_*`` by
+    its scope, ``models.flash.pallas_attention``): q ``[b, h, s, d]``, causal, whole ``block`` x ``block``
+    tiles at or below the diagonal (the kernels skip the rest; the forward's own cost estimate counts
+    the full square)."""
+    kernel, operands = pallas_kernel(instr), module.operand_shapes(instr)
+    if kernel is None or not operands:
+        return 0.0
+    q = flatten_shape(operands[0])[0]
+    if len(q.dims) != 4:
+        return 0.0
+    b, h, s, d = q.dims
+    block = min(kernel[1], s)
+    blocks = s // block
+    pairs = block * block * blocks * (blocks + 1) // 2
+    return 2.0 * b * h * pairs * d * _PALLAS_MATMULS[kernel[0]]
+
+
 def phase_of(op_name: str) -> str:
     """forward | backward | recompute | other, from JAX's op_name metadata."""
     if "rematted_computation" in op_name:
@@ -777,7 +932,7 @@ OP_CLASSES = ("matmul", "grouped_matmul", "attention", "other_compute", "copy")
 def _matmul_class(instr: Instruction) -> str:
     """The class of a matmul-doing instruction: cuDNN attention, the routed experts' matmuls (the
     grouped-GEMM stand-in, and any path's matmuls under ``ROUTED_EXPERTS_SCOPE``), or a matmul."""
-    if instr.opcode == "custom-call" and instr.custom_call_target.startswith(CUDNN_ATTENTION):
+    if instr.opcode == "custom-call" and instr.custom_call_target.startswith(CUDNN_ATTENTION) or pallas_kernel(instr):
         return "attention"
     if instr.custom_call_target == GROUPED_GEMM_TARGET or ROUTED_EXPERTS_SCOPE in instr.op_name:
         return "grouped_matmul"

@@ -1,5 +1,5 @@
-"""GPU targets: datasheet facts, host links as they are shared, topologies, usable HBM, and the
-``GpuTargetConfigProto`` text XLA compiles against.
+"""Accelerator targets: GPUs and TPUs with their datasheet facts, host links as they are shared,
+topologies, usable HBM, and the ``GpuTargetConfigProto`` text XLA:GPU compiles against.
 
 Everything here is plain data from public sources, named in each entry's ``sources``: NVIDIA
 datasheets and technical briefs, XLA's spec files (``xla/backends/gpu/target_config/specs`` at
@@ -15,9 +15,13 @@ measurements. What is not public is an explicit ``assumption`` on the object tha
   share that). ``transfer_seconds(nbytes, direction, concurrent_gpus)`` divides both among the
   GPUs transferring at once; by default every GPU that shares them (an SPMD step offloads on
   all GPUs together).
-* ``Target`` is a GPU in a topology with its link and the share of HBM JAX's allocator takes
-  (``mem_fraction``, ``XLA_PYTHON_CLIENT_MEM_FRACTION``; default 0.75 as in XLA). Every "fits"
-  verdict compares against ``usable_hbm_bytes``, never the whole card.
+* ``Tpu`` is a TPU chip (``TPUS``: v5e, the chip the lab measures on): datasheet facts from
+  Google's Cloud TPU pages, the HBM its runtime lets a program use, and the compile-only topology
+  libtpu builds for it (``companion.libtpu``).
+* ``Target`` is an accelerator (``Gpu`` or ``Tpu``) in a topology with its link and, on a GPU, the
+  share of HBM JAX's allocator takes (``mem_fraction``, ``XLA_PYTHON_CLIENT_MEM_FRACTION``; default
+  0.75 as in XLA; a TPU's runtime has no such share: its usable HBM is fixed). Every "fits" verdict
+  compares against ``usable_hbm_bytes``, never the whole card.
 
 Units: bytes, bytes per second, FLOP/s. GiB = 2**30 bytes; GB = 1e9 bytes.
 """
@@ -179,6 +183,17 @@ HOST_LINKS: dict[str, HostLink] = {
                      "Vera LPDDR5X up to 1.5 TB at 1.2 TB/s, one Vera per two Rubin GPUs",),
             assumption="preliminary figures; shared between the two GPUs like GB200's; achievable = GH200's measured "
                        "efficiency at twice the link. A what-if link: no Rubin GPU target exists in this XLA"),
+        HostLink(
+            "pcie_tpu_v5e", "PCIe (TPU v5e host)", nominal_per_direction=16 * GB,
+            achievable_d2h=15 * GB, achievable_h2d=15 * GB, gpus_per_link=1,
+            host_memory_bytes_per_s=100 * GB, gpus_per_host_memory=8,
+            host_memory="the TPU VM's DRAM: 512 GiB per 8-chip host (48 GB on the 1-chip ct5lp-hightpu-1t)",
+            sources=("Google Cloud TPU v5e page (docs.cloud.google.com/tpu/docs/v5e): 8 chips and 512 GiB DRAM per host; "
+                     "VM types ct5lp-hightpu-1t/4t/8t",
+                     "jax-ml scaling book, 'How to think about TPUs': PCIe ~1.5e10 bytes/s per chip each way",),
+            assumption="Google states no host-link rate for v5e: the scaling book's ~15 GB/s each way is used until the "
+                       "lab's own measurement on the chip (benchmarks/results/measured.json, 'link') replaces it; the "
+                       "host DRAM rate behind 8 chips (100 GB/s) is assumed, not limiting at 15 GB/s x 8"),
     )
 }
 
@@ -269,6 +284,14 @@ class Gpu:
     @property
     def cc(self) -> str:
         return f"{self.compute_capability[0]}.{self.compute_capability[1]}"
+
+    @property
+    def platform(self) -> str:
+        return "gpu"
+
+    @property
+    def grouped_gemm_tile_rows(self) -> int:
+        return self.architecture.grouped_gemm_tile_rows
 
     @property
     def tensor_clock_ghz(self) -> float:
@@ -453,6 +476,96 @@ def gpu(key: str | Gpu) -> Gpu:
     return GPUS[key]
 
 
+# ----------------------------------------------------------------------------- TPUs
+
+
+@dataclasses.dataclass(frozen=True)
+class Tpu:
+    """One TPU chip's datasheet facts, and what libtpu's compile-only topology needs to compile for it.
+
+    ``usable_hbm_bytes`` is what the TPU runtime lets one program use (XLA:TPU refuses a program whose
+    buffers exceed it at compile time, with ``RESOURCE_EXHAUSTED``); there is no allocator fraction to
+    set, unlike a GPU's ``XLA_PYTHON_CLIENT_MEM_FRACTION``.
+    """
+
+    key: str
+    name: str
+    device_kind: str  # what jax's device.device_kind says
+    hbm_bytes: int
+    usable_hbm_bytes: int
+    hbm_marketing: str
+    hbm_bandwidth: float  # bytes/s
+    bf16_dense_flops: float  # FLOP/s, the MXUs
+    int8_dense_ops: float
+    mxus: int  # matrix units per chip (128 x 128 systolic arrays)
+    vmem_bytes: int  # the vector memory next to the cores
+    ici_bidirectional_bytes_per_s: float  # per chip, all ports
+    ici_ports: int
+    host_link: HostLink
+    host_memory_per_gpu_bytes: int  # host DRAM per chip (named as the GPUs' field: the fits rule reads both)
+    gpus_per_host: int  # chips per host
+    topology_name: str  # libtpu's name of one chip, e.g. "v5e:1x1"
+    chip_config_name: str = "default"
+    sources: tuple[str, ...] = ()
+    assumption: str = ""
+    platform: str = "tpu"
+    grouped_gemm_tile_rows: int = 128  # rows per tile of a grouped GEMM's expert (MXU width; unused on dense models)
+
+    def matches_device_kind(self, device_kind: str) -> bool:
+        return device_kind.strip().lower().startswith(self.device_kind.lower())
+
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("host_link", "sources")}
+        d.update(host_link=self.host_link.key, sources=list(self.sources))
+        return d
+
+
+TPUS: dict[str, Tpu] = {
+    t.key: t
+    for t in (
+        Tpu(
+            key="tpu-v5e", name="TPU v5e (v5 lite)", device_kind="TPU v5 lite",
+            hbm_bytes=16 * GiB, usable_hbm_bytes=15 * GiB + 768 * MiB,
+            hbm_marketing="16 GB HBM2", hbm_bandwidth=819e9, bf16_dense_flops=197e12, int8_dense_ops=393e12,
+            mxus=4, vmem_bytes=128 * MiB, ici_bidirectional_bytes_per_s=400 * GB, ici_ports=4,
+            host_link=HOST_LINKS["pcie_tpu_v5e"], host_memory_per_gpu_bytes=64 * GiB, gpus_per_host=8,
+            topology_name="v5e:1x1",
+            sources=("Google Cloud TPU v5e page (docs.cloud.google.com/tpu/docs/v5e): one TensorCore of four MXUs per "
+                     "chip, 197 TFLOP/s bf16, 393 TOP/s int8, 16 GB HBM2 at 819 GB/s, ICI 400 GB/s bidirectional over "
+                     "4 ports, 8 chips and 512 GiB DRAM per host",
+                     "XLA:TPU's own limit, read from libtpu 0.0.42.1's compile-only v5e:1x1 and from the lent chip: "
+                     "'available HBM (15.75G)', 15.75 GiB",
+                     "jax-ml scaling book: 128 MiB of VMEM on v5e"),
+            assumption="host DRAM per chip = 512 GiB / 8 chips (the 8-chip host); the lent chip's VM had 40 GiB"),
+    )
+}
+
+
+def tpu(key: str | Tpu) -> Tpu:
+    if isinstance(key, Tpu):
+        return key
+    key = str(key).lower()
+    if key not in TPUS:
+        raise _choose("TPU", key, TPUS)
+    return TPUS[key]
+
+
+Accelerator = Gpu | Tpu
+ACCELERATORS = (*GPUS, *TPUS)
+
+
+def accelerator(key: str | Gpu | Tpu) -> Accelerator:
+    """A GPU (``GPUS``) or a TPU (``TPUS``) by its key."""
+    if isinstance(key, (Gpu, Tpu)):
+        return key
+    name = str(key).lower()
+    if name in TPUS:
+        return TPUS[name]
+    if name in GPUS:
+        return GPUS[name]
+    raise _choose("accelerator", key, ACCELERATORS)
+
+
 # ----------------------------------------------------------------------------- topologies
 
 
@@ -548,20 +661,42 @@ def allocator_limit_bytes(hbm_bytes: int, mem_fraction: float = DEFAULT_MEM_FRAC
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """A GPU model in a topology, with the host link offload uses (swappable for what-ifs) and the
-    share of HBM JAX's allocator may use."""
+    """An accelerator (GPU or TPU) in a topology, with the host link offload uses (swappable for
+    what-ifs) and, on a GPU, the share of HBM JAX's allocator may use (a TPU's is fixed: 1.0)."""
 
-    gpu: Gpu
+    accelerator: Accelerator
     topology: Topology
     link: HostLink
     mem_fraction: float = DEFAULT_MEM_FRACTION
 
     def __post_init__(self):
-        object.__setattr__(self, "mem_fraction", check_mem_fraction(self.mem_fraction))
+        fraction = check_mem_fraction(self.mem_fraction)
+        if self.is_tpu and fraction != 1.0:
+            raise ValueError(f"memory fraction {self.mem_fraction!r} on {self.accelerator.key}: a TPU's runtime gives "
+                             f"a program a fixed {self.accelerator.usable_hbm_bytes / GiB:.2f} GiB (no allocator share "
+                             f"to set, unlike {MEM_FRACTION_ENV} on a GPU); leave the fraction out")
+        if self.is_tpu and self.topology.num_devices != 1:
+            raise ValueError(f"{self.accelerator.key} targets are one chip ({self.accelerator.topology_name}), the chip "
+                             f"the lab measures on; got topology {self.topology}")
+        object.__setattr__(self, "mem_fraction", fraction)
+
+    @property
+    def gpu(self) -> Accelerator:
+        """The accelerator (the name from when every target was a GPU; ``accelerator`` says the same)."""
+        return self.accelerator
+
+    @property
+    def platform(self) -> str:
+        """``gpu`` or ``tpu``."""
+        return self.accelerator.platform
+
+    @property
+    def is_tpu(self) -> bool:
+        return self.accelerator.platform == "tpu"
 
     @property
     def name(self) -> str:
-        return f"{self.gpu.key}:{self.topology}"
+        return f"{self.accelerator.key}:{self.topology}"
 
     @property
     def num_devices(self) -> int:
@@ -573,7 +708,10 @@ class Target:
 
     @property
     def usable_hbm_bytes(self) -> int:
-        """What one step may allocate per device: JAX's allocator limit (``mem_fraction`` x HBM)."""
+        """What one step may allocate per device: JAX's allocator limit (``mem_fraction`` x HBM) on a GPU,
+        the runtime's fixed limit on a TPU."""
+        if self.is_tpu:
+            return self.accelerator.usable_hbm_bytes
         return allocator_limit_bytes(self.gpu.hbm_bytes, self.mem_fraction)
 
     @property
@@ -598,22 +736,26 @@ class Target:
         return self.gpu.target_config_text(device_memory_size=memory)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "gpu": self.gpu.key, "topology": self.topology.spec,
+        return {"name": self.name, "gpu": self.gpu.key, "platform": self.platform, "topology": self.topology.spec,
                 "num_devices": self.num_devices, "host_link": self.link.key, "link_is_what_if": self.link_is_what_if,
                 "hbm_bytes": self.hbm_bytes, "mem_fraction": self.mem_fraction, "usable_hbm_bytes": self.usable_hbm_bytes}
 
 
-DEFAULT_TOPOLOGY = {"h100": "1x8", "h200": "1x8", "gh200": "1x4", "b200": "1x8", "gb200": "nvl72"}
+DEFAULT_TOPOLOGY = {"h100": "1x8", "h200": "1x8", "gh200": "1x4", "b200": "1x8", "gb200": "nvl72", "tpu-v5e": "1"}
 
 
-def target(gpu_key: str | Gpu = "h100", topology_spec: str | int | Topology | None = None,
-           link: str | HostLink | None = None, mem_fraction: float = DEFAULT_MEM_FRACTION) -> Target:
-    """``target("h100", "8x8")``, ``target("gb200")`` (an NVL72 rack), ``target("h200:1x8")``."""
+def target(gpu_key: str | Gpu | Tpu = "h100", topology_spec: str | int | Topology | None = None,
+           link: str | HostLink | None = None, mem_fraction: float | None = None) -> Target:
+    """``target("h100", "8x8")``, ``target("gb200")`` (an NVL72 rack), ``target("h200:1x8")``,
+    ``target("tpu-v5e")`` (one chip). ``mem_fraction``: a GPU's allocator share (default 0.75); a TPU
+    takes none."""
     if isinstance(gpu_key, str) and ":" in gpu_key and topology_spec is None:
         gpu_key, topology_spec = gpu_key.split(":", 1)
-    g = gpu(gpu_key)
-    topo = topology(topology_spec if topology_spec is not None else DEFAULT_TOPOLOGY[g.key], g.gpus_per_host)
-    return Target(g, topo, host_link(link) if link is not None else g.host_link, mem_fraction)
+    chip = accelerator(gpu_key)
+    topo = topology(topology_spec if topology_spec is not None else DEFAULT_TOPOLOGY[chip.key], chip.gpus_per_host)
+    if mem_fraction is None:
+        mem_fraction = 1.0 if chip.platform == "tpu" else DEFAULT_MEM_FRACTION
+    return Target(chip, topo, host_link(link) if link is not None else chip.host_link, mem_fraction)
 
 
 # ----------------------------------------------------------------------------- pinned host memory

@@ -263,12 +263,13 @@ def abstract_state(t: Trainer, placement: compiler.Placement, batch: int, seq: i
     abstract_params = place(params, param_specs, params_kind)
     abstract_rest = place(rest, rest_specs)
     opt_shapes = jax.eval_shape(t.optimizer.init, place(params, param_specs))
-    replicated = NamedSharding(mesh, PartitionSpec())
     opt_state = optax.tree_map_params(
         t.optimizer, lambda leaf, spec: jax.ShapeDtypeStruct(
             leaf.shape, leaf.dtype, sharding=NamedSharding(mesh, spec, memory_kind=opt_kind)),
         opt_shapes, jax.tree.map(lambda s, v: v.replace(s), param_specs, params),
-        transform_non_params=lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=replicated))
+        # the step moves the whole optimizer state, its step counts too, to the host and back (``Trainer.step``)
+        transform_non_params=lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=NamedSharding(
+            mesh, PartitionSpec(), memory_kind=opt_kind)))
     token_spec = rules.spec(("activation_batch", "activation_length"), mesh_shape, (batch, seq), what="batch")
     tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32, sharding=NamedSharding(mesh, token_spec))
     return AbstractState(abstract_params, abstract_rest, opt_state, {"inputs": tokens, "targets": tokens})

@@ -75,7 +75,7 @@ def test_compile_errors_are_one_line():
         (["--model", "tiny-llama", "--gpus", "2", "--batch", "3"], "does not divide"),
         (["--model", "tiny-llama", "--gpus", "2", "--mesh", "fsdp=4"], "make the sizes multiply to 2"),
         (["--model", "tiny-llama", "--gpus", "0"], "must be positive"),
-        (["--model", "tiny-llama", "--target", "h1000"], "unknown GPU"),
+        (["--model", "tiny-llama", "--target", "h1000"], "unknown accelerator"),
         (["--model", "tiny-llama", "--xla-flags", "--xla_gpu_enable_latency_hidng_scheduler=true"], "did you mean"),
     ]
     for extra, message in cases:

@@ -17,6 +17,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 # elsewhere (models/flash.py), as MaxText GPU runs use (attention: cudnn_flash_te); dot_product
 # and chunked stay as teaching options (the [b, H, S, S] scores, or one query chunk of them).
 ATTENTION_IMPLS = ("flash", "dot_product", "chunked")
+FLASH_KERNELS = ("fused", "jax")
 # how routed experts run (models/moe.py): grouped (a grouped GEMM, the lab's default), ragged_dot (MaxText's
 # sparse path as jaxlib 0.10.2 compiles it), dense (MaxText's sparse_matmul: false)
 MOE_DISPATCHES = ("grouped", "ragged_dot", "dense")
@@ -105,7 +106,10 @@ class ModelConfig:
     # parameters and its own remat (False: MaxText's prevent_cse rule, models.layers.apply_layers)
     scan_layers: bool = True
     attention_chunk: int = 1024  # query block of the "chunked" attention
-    flash_block: int = 512  # query/key block of the lab's flash kernel (cuDNN picks its own tiles)
+    flash_block: int = 512  # query/key block of the lab's flash kernel and of the Pallas TPU kernel (cuDNN picks its own)
+    # "fused": the platform's fused flash kernel where it takes the shapes (cuDNN on a GPU, Pallas on a TPU), else the
+    # lab's blockwise kernel; "jax": the lab's blockwise kernel everywhere (what the first measured TPU grid ran)
+    flash_kernel: str = "fused"
 
     def __post_init__(self):
         positive = ["vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads", "head_dim", "mlp_dim"]
@@ -118,6 +122,8 @@ class ModelConfig:
                 raise ValueError(f"{self.name}: {field} {getattr(self, field)!r} is not one of {', '.join(DTYPES)}")
         if self.attention not in ATTENTION_IMPLS:
             raise ValueError(f"{self.name}: attention {self.attention!r} is not one of {', '.join(ATTENTION_IMPLS)}")
+        if self.flash_kernel not in FLASH_KERNELS:
+            raise ValueError(f"{self.name}: flash_kernel {self.flash_kernel!r} is not one of {', '.join(FLASH_KERNELS)}")
         if not isinstance(self.scan_layers, bool):
             raise ValueError(f"{self.name}: scan_layers must be true or false, got {self.scan_layers!r}")
         for field in ("attention_chunk", "flash_block"):

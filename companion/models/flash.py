@@ -3,8 +3,13 @@
 MaxText GPU runs use cuDNN's fused flash attention (``attention: cudnn_flash_te``). The lab uses
 the same cuDNN kernel wherever JAX emits it for the target (``kernel="cudnn"``, ``kernel_for``:
 Llama's 128-dim heads, and MLA's 192/128 on Hopper and Blackwell with cuDNN 9.10; the cuDNN wheels
-must be installed, as ``make`` does on Linux). Everywhere else — CPU execution of the tiny
-models, float32 models, no cuDNN — this module's ``flash_attention`` stands in:
+must be installed, as ``make`` does on Linux). The same choice lowers, for a TPU, to JAX's Pallas
+TPU flash kernel (``pallas_attention``: ``jax.experimental.pallas.ops.tpu.flash_attention``'s
+forward and backward kernels under a VJP of the lab's own, whose saved output and softmax
+statistics carry the name ``context``, so that a policy can save or offload them: JAX's own
+wrapper keeps them as unnamed residuals, and a policy naming ``context`` then spares nothing).
+Everywhere else — CPU execution of the tiny models, float32 models, no cuDNN — this module's
+``flash_attention`` stands in:
 
 * forward: one scan over the (query block, key block) pairs at or below the diagonal (blocks
   above it are never computed, so never counted as FLOPs), an online softmax per query block;
@@ -225,16 +230,92 @@ def _cudnn_version() -> int:
     return check_cudnn_version() if cudnn_available() else 0
 
 
-def attention(q, k, v, scale: float, kernel: str, block: int) -> jax.Array:
-    """Causal flash attention with ``kernel``: ``cudnn`` (lowered as cuDNN's kernel for GPU targets
-    and as ``flash_attention`` elsewhere, e.g. a CPU run of the same model) or ``jax``."""
+def attention(q, k, v, scale: float, kernel: str, block: int, pallas: bool = True) -> jax.Array:
+    """Causal flash attention with ``kernel`` on a GPU: ``cudnn`` (lowered as cuDNN's kernel for GPU
+    targets) or ``jax``; with ``pallas``, lowered for a TPU as the Pallas TPU kernel where it takes the
+    shapes. Elsewhere (e.g. a CPU run of the same model) ``flash_attention``."""
     if kernel not in KERNELS:
         raise ValueError(f"unknown attention kernel {kernel!r}; choose one of: {', '.join(KERNELS)}")
     fallback = functools.partial(flash_attention, scale=scale, block=block)
-    if kernel == "jax":
+    fused = {"cuda": functools.partial(cudnn_attention, scale=scale)} if kernel == "cudnn" else {}
+    if pallas and pallas_fits(q.shape, k.shape, v.shape):
+        fused["tpu"] = functools.partial(pallas_attention, scale=scale, block=block)
+    if not fused:
         return fallback(q, k, v)
-    return jax.lax.platform_dependent(q, k, v, cuda=functools.partial(cudnn_attention, scale=scale),
-                                      default=fallback)
+    return jax.lax.platform_dependent(q, k, v, **fused, default=fallback)
+
+
+# ----------------------------------------------------------------------------- TPU: Pallas
+
+PALLAS_MIN_BLOCK = 128  # the Pallas TPU kernel's smallest block (MIN_BLOCK_SIZE in its module)
+
+
+def pallas_fits(q_shape, k_shape, v_shape) -> bool:
+    """The Pallas TPU kernel takes these shapes: one head dim for Q, K and V (no MLA), and a sequence
+    of whole 128-row blocks."""
+    seq, qk_dim, v_dim = q_shape[1], q_shape[-1], v_shape[-1]
+    return qk_dim == v_dim and seq == k_shape[1] and seq % PALLAS_MIN_BLOCK == 0
+
+
+def _pallas_blocks(seq: int, block: int):
+    """The kernel's tiles: ``block`` rows of queries and keys (the lab's flash block, 512 by default;
+    the sequence when shorter), one sequence at a time, the same tiles in both backward kernels."""
+    from jax.experimental.pallas.ops.tpu import flash_attention as tpu_flash
+
+    b = min(block_size(seq, block), seq)
+    b = b if b % PALLAS_MIN_BLOCK == 0 else PALLAS_MIN_BLOCK
+    return tpu_flash.BlockSizes(block_q=b, block_k_major=b, block_k=b, block_b=1, block_q_major_dkv=b,
+                                block_k_major_dkv=b, block_k_dkv=b, block_q_dkv=b, block_k_major_dq=b,
+                                block_k_dq=b, block_q_dq=b)
+
+
+def pallas_attention(q, k, v, scale: float, block: int = 512) -> jax.Array:
+    """Causal attention ``q [B,S,H,d], k/v [B,S,Hkv,d] -> [B,S,H,d]`` with JAX's Pallas TPU flash kernels.
+
+    The kernels take ``[B, H, S, d]`` with as many K/V heads as query heads: K and V are transposed and
+    their heads repeated for grouped-query attention (their gradients summed back by autodiff)."""
+    groups = q.shape[2] // k.shape[2]
+    heads_first = functools.partial(jnp.swapaxes, axis1=1, axis2=2)
+    qh, kh, vh = heads_first(q), heads_first(jnp.repeat(k, groups, axis=2)), heads_first(jnp.repeat(v, groups, axis=2))
+    return heads_first(_pallas(qh, kh, vh, float(scale), _pallas_blocks(q.shape[1], block)))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _pallas(q, k, v, scale, blocks):
+    return _pallas_fwd(q, k, v, scale, blocks)[0]
+
+
+def _pallas_fwd(q, k, v, scale, blocks):
+    """The forward kernel with its softmax statistics (row max ``m`` and sum ``l``), all three named
+    ``context``: under a policy that saves or offloads ``context`` (with Q, K and V) the backward
+    kernels read them instead of running the forward kernel again."""
+    from jax.ad_checkpoint import checkpoint_name
+    from jax.experimental.pallas.ops.tpu import flash_attention as tpu_flash
+
+    with jax.named_scope(f"flash_mha_fwd_block_k_major={blocks.block_k_major}"):  # how hlo finds and counts it
+        out, l, m = tpu_flash._flash_attention_impl(q, k, v, None, None, True, True, scale, blocks.block_b,
+                                                    blocks.block_q, blocks.block_k_major, blocks.block_k, False)
+    out, l, m = checkpoint_name((out, l, m), "context")
+    return out, (q, k, v, out, l, m)
+
+
+def _pallas_bwd(scale, blocks, residuals, d_out):
+    """JAX's two backward kernels (dK and dV, then dQ) on the saved statistics, as its own VJP runs them."""
+    from jax.experimental.pallas.ops.tpu import flash_attention as tpu_flash
+
+    q, k, v, out, l, m = residuals
+    di = jnp.sum(out.astype(jnp.float32) * d_out.astype(jnp.float32), axis=-1)
+    common = dict(sm_scale=scale, causal=True, mask_value=tpu_flash.DEFAULT_MASK_VALUE, debug=False)
+    dk, dv = tpu_flash._flash_attention_bwd_dkv(
+        q, k, v, None, None, l, m, d_out, di, block_q_major=blocks.block_q_major_dkv, block_k_major=blocks.block_k_major_dkv,
+        block_k=blocks.block_k_dkv, block_q=blocks.block_q_dkv, **common)
+    dq, _ = tpu_flash._flash_attention_bwd_dq(
+        q, k, v, None, None, l, m, d_out, di, block_q_major=blocks.block_q_dq, block_k_major=blocks.block_k_major_dq,
+        block_k=blocks.block_k_dq, **common)
+    return dq, dk, dv
+
+
+_pallas.defvjp(_pallas_fwd, _pallas_bwd)
 
 
 def pairs_in_blocks(seq: int, block: int) -> int:

@@ -139,14 +139,16 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, scale: float, cfg: ModelCon
     """Causal softmax attention: q [B,S,H,d], k [B,T,H_kv,d], v [B,T,H_kv,d_v] -> [B,S,H,d_v].
 
     "flash" (the default) is a fused kernel's memory: cuDNN's flash attention for GPU targets
-    where JAX can emit it, else the lab's blockwise kernel (``models/flash.py``); its output is
-    named ``context`` as on MaxText's cuDNN path. "dot_product" materialises the [B, H, S, T]
+    where JAX can emit it, the Pallas TPU kernel for TPUs (``cfg.flash_kernel`` "fused"), else the
+    lab's blockwise kernel (``models/flash.py``); its output is named ``context`` as on MaxText's
+    cuDNN path (the Pallas kernel's softmax statistics too). "dot_product" materialises the [B, H, S, T]
     logits; "chunked" walks query blocks of ``cfg.attention_chunk`` rows and recomputes each
     block in the backward pass.
     """
     if cfg.attention == "flash":
-        kernel = flash.kernel_for(q.shape[-1], v.shape[-1], q.dtype.name)
-        return checkpoint_name(flash.attention(q, k, v, scale, kernel, cfg.flash_block), "context")
+        fused = cfg.flash_kernel == "fused"
+        kernel = flash.kernel_for(q.shape[-1], v.shape[-1], q.dtype.name) if fused else "jax"
+        return checkpoint_name(flash.attention(q, k, v, scale, kernel, cfg.flash_block, pallas=fused), "context")
     B, S, H, _ = q.shape
     groups = H // k.shape[2]
     q = q.reshape(B, S, k.shape[2], groups, q.shape[-1])

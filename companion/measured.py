@@ -1,0 +1,120 @@
+"""Steps measured on a real chip, as stored (``benchmarks/results/measured.json``) and read back.
+
+``benchmarks/bench_measured.py`` runs the lab's steps on the lent TPU v5e in parts (kernels, the grid in
+one process, a subset of it again in separate processes); ``merge`` joins the parts into one record per
+step: XLA:TPU's verdict and memory analysis on the chip, the timed calls of the first process, every
+process's median and the run-to-run spread across them, the runtime's counters, the footprint bisected
+with a filler, the reduced profiler trace; with the kernel microbenchmarks and the A/B checks beside.
+``load`` reads it back as ``Measurements`` for tests and notebook 07, which have no chip.
+
+The stored file carries the measuring run's environment (device kind, jax, jaxlib, libtpu, the lab's
+commit and ``results.stamp()``): a measurement is a fact about the program that commit compiled, so a
+later source change does not make it stale the way a compiled or simulated result is (``results.load``);
+it makes the comparison with a *new* prediction the thing to redo.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from pathlib import Path
+
+from . import measure
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "measured.json"
+
+
+def merge(parts: list[dict], step_defaults: dict | None = None, notes: tuple[str, ...] = ()) -> dict:
+    """One measured record from the parts ``bench_measured.py`` wrote (any order): the first grid
+    process's record of each step, with every process's median and their spread. ``step_defaults`` fill
+    step fields a part's code did not yet record (said in ``notes``, stored with the result)."""
+    grids = sorted((p for p in parts if p.get("part") in ("grid", "largest")), key=lambda p: p.get("process", 1))
+    kernels = next((p for p in parts if p.get("part") == "kernels"), {})
+    if not grids:
+        raise ValueError("merge needs at least one grid part (bench_measured.py --part grid)")
+    steps: dict[str, dict] = {}
+    medians: dict[str, dict[int, float]] = {}
+    for part in grids:
+        for record in part.get("steps", []):
+            key = record["key"]
+            if "timing" in record:
+                medians.setdefault(key, {})[part.get("process", 1)] = record["timing"]["median"]
+            if key not in steps or ("timing" not in steps[key] and "timing" in record):
+                steps[key] = dict(record)
+    for key, record in steps.items():
+        record["step"] = {**(step_defaults or {}), **record["step"]}
+        record.pop("trace_file", None)  # a path on the measuring machine
+        by_process = medians.get(key, {})
+        record["process_medians"] = {str(k): v for k, v in sorted(by_process.items())}
+        record["spread"] = measure.spread(list(by_process.values())) if len(by_process) >= 2 else None
+    ab = [row for part in parts for row in part.get("ab", [])]
+    return {"environment": grids[0]["environment"], "notes": list(notes), "kernels": kernels.get("kernels"),
+            "memory_probe": kernels.get("memory_probe"), "steps": list(steps.values()), "ab": ab}
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasuredStep:
+    """One step as measured (see ``merge``)."""
+
+    key: str
+    layers: int
+    batch: int
+    seq: int
+    policy: str
+    optimizer_offload: bool
+    flags: str | None
+    flash_kernel: str  # fused (Pallas on a TPU) | jax (the lab's blockwise kernel)
+    runs: bool
+    seconds: float | None  # the first process's median
+    spread: float | None  # across processes, where repeated
+    compiled_peak_bytes: int | None  # XLA:TPU's memory analysis on the chip
+    needed_bytes: int | None  # what XLA:TPU said it needed when it refused
+    footprint_bytes: int | None  # bisected with a filler, where probed
+    host_bytes: int | None
+    record: dict = dataclasses.field(repr=False, compare=False)
+
+    @classmethod
+    def from_record(cls, record: dict) -> "MeasuredStep":
+        step, compiled = record["step"], record.get("compile", {})
+        probe = record.get("filler_peak") or {}
+        return cls(record["key"], step["layers"], step["batch"], step["seq"], step["policy"],
+                   step["optimizer_offload"], step["flags"], step.get("flash_kernel", "fused"),
+                   record["verdict"]["status"] == "runs",
+                   record.get("timing", {}).get("median"), record.get("spread"), compiled.get("peak_bytes"),
+                   compiled.get("needed_bytes") or record["verdict"].get("needed_bytes"), probe.get("footprint_bytes"),
+                   compiled.get("host_bytes"), record)
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurements:
+    environment: dict
+    notes: tuple[str, ...]
+    steps: tuple[MeasuredStep, ...]
+    kernels: dict | None
+    memory_probe: dict | None
+    ab: tuple[dict, ...]
+
+    def step(self, key: str) -> MeasuredStep:
+        for s in self.steps:
+            if s.key == key:
+                return s
+        raise KeyError(f"no measured step {key!r}")
+
+    @property
+    def spread(self) -> float:
+        """The largest run-to-run spread across processes of any repeated step: the measured ratios'
+        noise floor (a measured difference under it is no ranking)."""
+        values = [s.spread for s in self.steps if s.spread is not None]
+        return max(values) if values else float("nan")
+
+    def median_spread(self) -> float:
+        values = [s.spread for s in self.steps if s.spread is not None]
+        return statistics.median(values) if values else float("nan")
+
+
+def load(path: str | Path = RESULTS) -> Measurements:
+    data = json.loads(Path(path).read_text())
+    return Measurements(data["environment"], tuple(data.get("notes", ())),
+                        tuple(MeasuredStep.from_record(r) for r in data["steps"]),
+                        data.get("kernels"), data.get("memory_probe"), tuple(data.get("ab", [])))
