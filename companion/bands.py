@@ -60,6 +60,10 @@ SWEEP: dict[str, Mapping[str, Spread]] = {
     "network_efficiency": {"any": Spread(0.73, 0.96, "EFA 4 nodes 73 % of line rate; NDR 46-48 of 50 GB/s "
                                                       "(NVIDIA/nccl-tests #290)")},
     "nccl_sms": {"any": Spread(6, 16, "16 SMs on DGX with 8 NICs (NVIDIA/nccl #689); 6 with NVLSTree")},
+    "transfer_kernel_sm_share": {"any": Spread(0.05, 1.0, "a transfer kernel (the #46231 workaround's) needs a few SMs "
+                                                          "(PCIe) to ~10-25 (C2C) in flight but launches over every "
+                                                          "element with no cap: from a sliver to serialized "
+                                                          "(docs/research/46231-workaround-transfers.md)")},
 }
 
 # Each host link's measured spread per GPU, (d2h, h2d) in bytes/s: what the sweep gives one GPU alone
@@ -75,6 +79,19 @@ LINK_SWEEP: dict[str, tuple[Spread, Spread]] = {
                          Spread(211 * GB, 380 * GB, "GB300's 211 GB/s to the GH200-like assumption")),
     "nvlink_c2c_gb300_measured": (Spread(170 * GB, 193.5 * GB, "GB300 D2H: 193.5 alone, ~170 four at once (#6491)"),
                                   Spread(183 * GB, 211.5 * GB, "GB300 H2D: 211.5 alone, ~183 four at once (#6491)")),
+}
+
+# The rate a transfer kernel reaches reading or writing pinned host memory (SM-driven, zero-copy), per link,
+# (d2h, h2d) in bytes/s for one GPU alone: no measurement of XLA's own kernel exists; the ranges of
+# docs/research/46231-workaround-transfers.md (nvbandwidth's SM copies; GB200/GB300 assumed ~ their copy engines).
+KERNEL_LINK_SWEEP: dict[str, tuple[Spread, Spread]] = {
+    "pcie5_x16": (Spread(40 * GB, 53 * GB, "nvbandwidth #24 H100 SM d2h 52.8 GB/s; an untuned kernel lower"),
+                  Spread(20 * GB, 35 * GB, "nvbandwidth #24 H100 SM h2d 35.2 GB/s; #42: 16.5-18 of 25 on big buffers")),
+    "nvlink_c2c_gh200": (Spread(150 * GB, 295 * GB, "no SM d2h figure: up to the copy engine's 170-296"),
+                         Spread(250 * GB, 345 * GB, "nvbandwidth #23 GH200 SM h2d 342 GB/s")),
+    "nvlink_c2c_gb200": (Spread(150 * GB, 195 * GB, "no GB200 figure: GB300's copy engines (#6491), SM ~ CE as on GH200"),
+                         Spread(160 * GB, 210 * GB, "same")),
+    "nvlink_c2c_gb300_measured": (Spread(150 * GB, 195 * GB, "as GB200"), Spread(160 * GB, 210 * GB, "as GB200")),
 }
 
 # The frozen simulator's worst |error| on the published step times it was held against
@@ -198,6 +215,10 @@ def _spread(name: str, generation: str) -> Spread:
     return per.get(generation) or per["any"]
 
 
+def _at(spread: Spread, u: float) -> float:
+    return spread.low + u * (spread.high - spread.low)
+
+
 def sample_models(target: targets.Target, nic_per_gpu: float | None = None,
                   domain_gpus: int | None = None) -> list[tuple[schedule.CostModel, HostLink]]:
     """The sweep's cost models and host links for ``target`` (its generation's spreads); ``nic_per_gpu``,
@@ -205,9 +226,9 @@ def sample_models(target: targets.Target, nic_per_gpu: float | None = None,
     generation = target.gpu.architecture.name
     names = list(SWEEP)
     spreads = {n: _spread(n, generation) for n in names}
-    link_spread = LINK_SWEEP.get(target.link.key)
+    link_spread, kernel_spread = LINK_SWEEP.get(target.link.key), KERNEL_LINK_SWEEP.get(target.link.key)
     out = []
-    for point in _points(len(names) + 1):
+    for point in _points(len(names) + 2):
         v = {n: spreads[n].low + u * (spreads[n].high - spreads[n].low) for n, u in zip(names, point)}
         collectives = coll.CollectiveModel(nvlink_efficiency=v["nvlink_efficiency"],
                                            network_efficiency=v["network_efficiency"],
@@ -218,12 +239,14 @@ def sample_models(target: targets.Target, nic_per_gpu: float | None = None,
                                    grouped_efficiency=v["grouped_efficiency"],
                                    grouped_wgrad_efficiency=v["grouped_efficiency"] * 0.55 / 0.60,
                                    hbm_efficiency=v["hbm_efficiency"], kernel_gap_seconds=v["kernel_gap_seconds"],
-                                   collectives=collectives)
+                                   collectives=collectives, transfer_kernel_sm_share=v["transfer_kernel_sm_share"])
         link = target.link
-        if link_spread is not None:
-            u = point[-1]  # one draw for both directions: a slow link is slow both ways
-            link = dataclasses.replace(link, achievable_d2h=link_spread[0].low + u * (link_spread[0].high - link_spread[0].low),
-                                       achievable_h2d=link_spread[1].low + u * (link_spread[1].high - link_spread[1].low))
+        if link_spread is not None:  # one draw for both directions: a slow link is slow both ways
+            d2h, h2d = (_at(spread, point[-2]) for spread in link_spread)
+            link = dataclasses.replace(link, achievable_d2h=d2h, achievable_h2d=h2d)
+        if kernel_spread is not None:
+            d2h, h2d = (_at(spread, point[-1]) for spread in kernel_spread)
+            link = dataclasses.replace(link, kernel_d2h=d2h, kernel_h2d=h2d)
         out.append((model, link))
     return out
 

@@ -535,9 +535,21 @@ def loops(module: HloModule) -> list[Loop]:
 # ----------------------------------------------------------------------------- host offload
 
 
+ENGINES = ("copy_engine", "kernel", "dma")
+ENGINE_NAMES = {"copy_engine": "copy engine (DMA)", "kernel": "SM kernel (zero-copy)", "dma": "TPU DMA"}
+
+
 @dataclasses.dataclass(frozen=True)
 class HostTransfer:
-    """One instruction that moves bytes between device HBM and pinned host memory."""
+    """One instruction that moves bytes between device HBM and pinned host memory.
+
+    ``engine`` says what moves them (``transfer_engine``): ``copy_engine`` — a DMA copy (a ``copy-start``,
+    or a ``kCustom`` fusion: XLA:GPU's dynamic-slice fusion with a memcpy descriptor); ``kernel`` — a
+    generated kernel (a ``kLoop`` fusion) whose threads read or write the pinned host memory over the
+    link themselves, on SMs (what ``--xla_disable_hlo_passes=dynamic-slice-annotator``, the lab's #46231
+    workaround, turns XLA:GPU's offloaded scan residuals into); ``dma`` — XLA:TPU's native async
+    ``dynamic-(update-)slice-start`` (the TPU's DMA engines).
+    """
 
     name: str
     kind: str  # copy | dynamic-update-slice | dynamic-slice | other
@@ -546,6 +558,7 @@ class HostTransfer:
     bytes_per_execution: int
     executions: int
     computation: str
+    engine: str = "copy_engine"
 
     @property
     def bytes_per_step(self) -> int:
@@ -593,6 +606,26 @@ class OffloadSummary:
     def by_kind(self) -> dict[str, int]:
         return dict(Counter(f"{t.direction} {t.kind}{' async' if t.is_async else ''}" for t in self.transfers))
 
+    def bytes_by_engine(self) -> dict[str, dict[str, int]]:
+        """Bytes per step each way, by what moves them (``HostTransfer.engine``): {engine: {d2h, h2d}}."""
+        out: dict[str, dict[str, int]] = {}
+        for t in self.transfers:
+            out.setdefault(t.engine, {"d2h": 0, "h2d": 0})[t.direction] += t.bytes_per_step
+        return out
+
+    @property
+    def kernel_transfers(self) -> int:
+        """Transfers a generated kernel makes on the SMs (``engine == "kernel"``)."""
+        return sum(1 for t in self.transfers if t.engine == "kernel")
+
+    def engines(self) -> str:
+        """One line: transfers and GiB each way per engine."""
+        if not self.transfers:
+            return "no host transfers"
+        counts = Counter(t.engine for t in self.transfers)
+        return "; ".join(f"{counts[e]} by {ENGINE_NAMES[e]} ({b['d2h'] / 2**30:.3f} GiB out, {b['h2d'] / 2**30:.3f} "
+                         "GiB back)" for e, b in sorted(self.bytes_by_engine().items()))
+
     def to_dict(self) -> dict:
         return {
             "host_buffers": self.host_buffers,
@@ -602,6 +635,7 @@ class OffloadSummary:
             "d2h_bytes_per_step": self.d2h_bytes_per_step,
             "h2d_bytes_per_step": self.h2d_bytes_per_step,
             "by_kind": self.by_kind(),
+            "bytes_by_engine": self.bytes_by_engine(),
         }
 
 
@@ -669,11 +703,23 @@ def offload_summary(module: HloModule) -> OffloadSummary:
             moved = (device_sources[0].bytes if kind == "dynamic-update-slice"
                      else dest.bytes if kind == "copy" else sum(s.bytes for s in device_sources))
             transfers.append(HostTransfer(instr.name, kind, "d2h", is_async, moved,
-                                          module.executions(instr), instr.computation))
+                                          module.executions(instr), instr.computation, transfer_engine(instr)))
         elif any(s.on_host for s in sources) and kind != "allocate":
             transfers.append(HostTransfer(instr.name, kind, "h2d", is_async, dest.bytes,
-                                          module.executions(instr), instr.computation))
+                                          module.executions(instr), instr.computation, transfer_engine(instr)))
     return OffloadSummary(host_buffers, tuple(transfers))
+
+
+def transfer_engine(instr: Instruction) -> str:
+    """What moves a host transfer's bytes (see ``HostTransfer.engine``): a DMA copy, a generated kernel on the
+    SMs, or XLA:TPU's DMA engines."""
+    if instr.opcode in ("copy-start", "copy"):
+        return "copy_engine"
+    if instr.opcode in ("dynamic-slice-start", "dynamic-update-slice-start"):
+        return "dma"
+    if instr.opcode in ("fusion", "fusion-start"):
+        return "copy_engine" if instr.attrs.get("kind") == "kCustom" else "kernel"
+    return "kernel"  # an unfused dynamic-(update-)slice is a generated kernel too
 
 
 def _opcodes_within(module: HloModule, callees: list[str], seen: set | None = None) -> set[str]:

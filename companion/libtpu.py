@@ -38,7 +38,8 @@ PINNED = "0.0.42.1"  # jax 0.10.2's `tpu` extra
 _DATA = Path(__file__).with_name("data") / "libtpu_flags.json"
 _KNOWN_DATA = json.loads(_DATA.read_text())
 KNOWN_LIBTPU: str = _KNOWN_DATA["libtpu"]
-KNOWN: dict[str, str] = dict(_KNOWN_DATA["flags"])  # name -> bool | int | float | string | enum | aborts
+KNOWN: dict[str, str] = dict(_KNOWN_DATA["flags"])  # name -> bool | tristate | int | float | string | enum | aborts
+TRISTATE = ("ENABLED", "DISABLED")  # a tri-state flag's values beside true/false (MaxText writes ENABLED)
 
 # MaxText's HOST_OFFLOAD_FLAGS (benchmarks/xla_flags_library.py, snapshot of 2026-11): "optimizations
 # recommended when using host offloading", added by MaxText's TPU recipes that offload activations.
@@ -117,12 +118,15 @@ def _convert(name: str, raw: Any) -> Any:
         raise ValueError(f"libtpu flag {name!r} aborts libtpu {KNOWN_LIBTPU} when set (found by "
                          "scripts/refresh_libtpu_flag_names.py): leave it out")
     text = str(raw).strip()
-    if kind == "bool":
+    if kind == "tristate" and text.upper() in TRISTATE:
+        return text.upper()
+    if kind in ("bool", "tristate"):
         if isinstance(raw, bool):
             return raw
         if text.lower() in ("true", "1", "false", "0"):
             return text.lower() in ("true", "1")
-        raise ValueError(f"{bad}: expected true or false")
+        raise ValueError(f"{bad}: expected true or false" + (f", or one of {', '.join(TRISTATE)}" if kind == "tristate"
+                                                              else ""))
     if kind == "int":
         if isinstance(raw, bool) or not re.fullmatch(r"[+-]?\d+", text):
             raise ValueError(f"{bad}: expected an integer")

@@ -447,7 +447,8 @@ def compile_record(report: compiler.CompileReport) -> dict:
             "recompute_flops": report.flops.recompute, "flops_by_class": dict(report.flops.by_class),
             "model_flops": report.workload.model_flops if report.workload else None,
             "xla_rematerialized": report.xla_rematerialized, "compile_seconds": report.compile_seconds,
-            "usable_hbm_bytes": report.usable_hbm_bytes, "flags": report.flag_set.xla_flags()}
+            "usable_hbm_bytes": report.usable_hbm_bytes, "flags": report.flag_set.xla_flags(),
+            "xla_cost": report.xla_cost}
 
 
 def _carry(previous: tuple, out) -> tuple:

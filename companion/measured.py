@@ -118,3 +118,35 @@ def load(path: str | Path = RESULTS) -> Measurements:
     return Measurements(data["environment"], tuple(data.get("notes", ())),
                         tuple(MeasuredStep.from_record(r) for r in data["steps"]),
                         data.get("kernels"), data.get("memory_probe"), tuple(data.get("ab", [])))
+
+
+COMPILE_ONLY = RESULTS.with_name("measured_compile_only.json")
+
+
+@dataclasses.dataclass(frozen=True)
+class Agreement:
+    """One measured step's XLA:TPU memory analysis on the chip beside the same program compiled here with
+    libtpu's compile-only topology (``bench_measured.py --compile-only``)."""
+
+    key: str
+    chip_fits: bool
+    here_fits: bool
+    chip_peak_bytes: int | None
+    here_peak_bytes: int | None
+
+    @property
+    def same_verdict(self) -> bool:
+        return self.chip_fits == self.here_fits
+
+    @property
+    def peak_difference(self) -> float | None:
+        if not self.chip_peak_bytes or not self.here_peak_bytes:
+            return None
+        return self.here_peak_bytes / self.chip_peak_bytes - 1
+
+
+def compile_agreement(m: Measurements, compile_only: str | Path = COMPILE_ONLY) -> list[Agreement]:
+    """Every measured step that was also compiled here, chip against compile-only."""
+    here = {row["key"]: row for row in json.loads(Path(compile_only).read_text())["steps"]}
+    return [Agreement(s.key, s.runs, here[s.key]["fits"], s.compiled_peak_bytes, here[s.key].get("peak_bytes"))
+            for s in m.steps if s.key in here]

@@ -46,6 +46,13 @@ Effects of one stream on another, each with its source or stated assumption:
   one PCIe switch, so GPUDirect RDMA and the GPU's host copies cross the same x16 link, DGX H100/B200
   user guides): while a host transfer and a scale-out collective overlap each gets half the link, and
   the one that needs more than half is slowed.
+* Transfers a kernel makes (``hlo.HostTransfer.engine == "kernel"``: a ``kLoop`` fusion reading or writing
+  pinned host memory through its mapped pointer, what XLA:GPU's offloaded scan residuals become under the
+  lab's #46231 workaround, ``--xla_disable_hlo_passes=dynamic-slice-annotator``; the mechanism, at XLA
+  5a9e73cb, in ``docs/research/46231-workaround-transfers.md``): priced at the link's SM-driven rate
+  (``HostLink.kernel_d2h/h2d``), and while one runs it holds a share of the SMs
+  (``CostModel.transfer_kernel_sm_share``): compute beside it loses that share of its throughput over the
+  overlap, the lost work done after (``s = 1``: the two serialize). A copy-engine transfer holds no SMs.
 
 Exposed transfer time is split into the link's *floor* and the schedule's *excess* (``_Replay.scoped``):
 per loop iteration (and for the entry computation's own ops), per direction, the floor is the transfer
@@ -104,6 +111,10 @@ class CostModel:
     * ``async_compute_limit``: None takes the compile's flag (XLA's default 2).
     * ``concurrent_gpus``: GPUs of the host link's sharing group that transfer at once; None is all
       of them (an SPMD step offloads on every GPU together).
+    * ``transfer_kernel_sm_share``: the share of a compute kernel's throughput a concurrent transfer kernel
+      takes (``engine == "kernel"``); None takes the link's (``TRANSFER_KERNEL_SM_SHARE``). An assumption:
+      XLA launches the kernel over every element with no block cap, on a default-priority stream, so it can
+      fill the GPU; a link needs only a few SMs to saturate (bands: 0.05-1).
     """
 
     matmul_efficiency: float | None = None
@@ -115,6 +126,7 @@ class CostModel:
     collectives: coll.CollectiveModel = coll.CollectiveModel()
     async_compute_limit: int | None = None
     concurrent_gpus: int | None = None
+    transfer_kernel_sm_share: float | None = None
 
     def __post_init__(self):
         for field in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency", "grouped_efficiency",
@@ -126,6 +138,9 @@ class CostModel:
                 raise ValueError(f"{field} must be in (0, 1], got {value!r}")
         if not isinstance(self.kernel_gap_seconds, (int, float)) or self.kernel_gap_seconds < 0:
             raise ValueError(f"kernel_gap_seconds must be >= 0, got {self.kernel_gap_seconds!r}")
+        share = self.transfer_kernel_sm_share
+        if share is not None and (not isinstance(share, (int, float)) or not 0 <= share <= 1):
+            raise ValueError(f"transfer_kernel_sm_share must be in [0, 1], got {share!r}")
         if self.async_compute_limit is not None and (not isinstance(self.async_compute_limit, int)
                                                      or self.async_compute_limit < 1):
             raise ValueError(f"async_compute_limit must be a positive integer or None, got {self.async_compute_limit!r}")
@@ -136,6 +151,12 @@ class CostModel:
     def matmul(self, gpu: targets.Gpu) -> float:
         """cuBLAS's share of the dense peak on ``gpu`` (``matmul_efficiency``, else the generation's)."""
         return self.matmul_efficiency or MATMUL_EFFICIENCY[gpu.architecture.name]
+
+    def kernel_sm_share(self, link: HostLink) -> float:
+        """The share of the SMs a transfer kernel on ``link`` takes from compute beside it."""
+        if self.transfer_kernel_sm_share is not None:
+            return self.transfer_kernel_sm_share
+        return TRANSFER_KERNEL_SM_SHARE["c2c" if link.key.startswith("nvlink_c2c") else "pcie"]
 
     def grouped(self, gpu: targets.Gpu, kind: str) -> float:
         """The grouped GEMM's efficiency for a pass (fprop, dgrad or wgrad) on ``gpu``."""
@@ -162,6 +183,11 @@ MATMUL_EFFICIENCY = {"hopper": 0.75, "blackwell": 0.70}
 # rows each) run far lower (0.13-0.16 on H100, tgale96/grouped_gemm PR #37): not modelled.
 GROUPED_GEMM_EFFICIENCY = {"hopper": (0.60, 0.55), "blackwell": (0.59, 0.55)}
 
+# The share of the SMs a transfer kernel (``engine == "kernel"``) takes from compute beside it, per link kind: a
+# Little's-law estimate of the SMs a link needs in flight (a few on PCIe, ~10-25 on NVLink-C2C) on a grid that can
+# fill the GPU (docs/research/46231-workaround-transfers.md); the range, 0.05-1, is in bands.SWEEP. Assumptions.
+TRANSFER_KERNEL_SM_SHARE = {"pcie": 0.25, "c2c": 0.35}
+
 
 # ----------------------------------------------------------------------------- the program
 
@@ -182,6 +208,7 @@ class Op:
     bytes: float = 0.0
     flops: float = 0.0
     op_class: str = ""  # a compute op's class (hlo.OP_CLASSES)
+    engine: str = ""  # a host transfer's (hlo.HostTransfer.engine): copy_engine | kernel | dma
 
 
 def _compute_seconds(cost: hlo.OpCost, gpu: targets.Gpu, model: CostModel) -> float:
@@ -227,7 +254,7 @@ def _op(module, instr, target, model, costs, transfers) -> Op:
     if instr.name in transfers:
         t = transfers[instr.name]
         return Op(instr.name, opcode, "start" if is_start else "compute", t.direction,
-                  category="transfer", bytes=t.bytes_per_execution)
+                  category="transfer", bytes=t.bytes_per_execution, engine=t.engine)
     c = coll.cost(module, instr, target, model.collectives)
     if c is not None:
         return Op(instr.name, opcode, "start" if is_start else "compute", c.lane,
@@ -308,6 +335,8 @@ class StepSimulation:
     events: tuple[Event, ...] = dataclasses.field(repr=False, default=())
     cost_model: CostModel = CostModel()
     async_compute_limit: int = 2
+    # compute seconds added by the SMs transfer kernels held (engine "kernel": the #46231 workaround's transfers)
+    transfer_kernel_sm_seconds: float = 0.0
 
     @property
     def exposed_seconds(self) -> float:
@@ -360,7 +389,8 @@ class StepSimulation:
                "flops_by_kind": dict(self.flops_by_kind), "time_by_kind": dict(self.time_by_kind),
                "peak_device_bytes": self.peak_device_bytes,
                "host_bytes": self.host_bytes, "loop_iteration_seconds": dict(self.loop_iteration_seconds),
-               "async_compute_limit": self.async_compute_limit, "cost_model": self.cost_model.to_dict()}
+               "async_compute_limit": self.async_compute_limit, "cost_model": self.cost_model.to_dict(),
+               "transfer_kernel_sm_seconds": self.transfer_kernel_sm_seconds}
         if events:
             out["events"] = [dataclasses.asdict(e) for e in self.events]
         return out
@@ -393,9 +423,12 @@ class _Replay:
     """The streams' clocks while the program runs."""
 
     def __init__(self, program: dict[str, list[Op]], bandwidth: dict[str, float], limit: int, max_events: int,
-                 sm_slowdown: float = 1.0, shared_pcie: tuple[float, float] | None = None):
+                 sm_slowdown: float = 1.0, shared_pcie: tuple[float, float] | None = None,
+                 kernel_bandwidth: dict[str, float] | None = None, kernel_sm_share: float = 0.0):
         self.program = program
-        self.bandwidth = bandwidth  # host link bytes/s per GPU, per direction
+        self.bandwidth = bandwidth  # host link bytes/s per GPU, per direction (copy engines)
+        self.kernel_bandwidth = kernel_bandwidth or bandwidth  # ... for transfers a kernel makes (engine "kernel")
+        self.kernel_sm_share = kernel_sm_share  # of a compute kernel's throughput, while a transfer kernel runs
         self.limit = limit
         self.max_events = max_events
         self.sm_slowdown = sm_slowdown  # a compute kernel's time x this while a collective holds NCCL's SMs
@@ -405,8 +438,10 @@ class _Replay:
         self.capped_ends: list[float] = []  # sorted end times of host transfers / async computes
         self.pending: dict[str, tuple[float, float, str, str]] = {}  # start name -> (begin, end, category, lane)
         self.busy = dict.fromkeys(LANES, 0.0)
+        # waits by kind; "sm_lost": the compute seconds added beside transfer kernels (tallied with the waits, so a
+        # loop's steady iterations multiply it too)
         self.exposed = {"transfer": 0.0, "collective": 0.0, "async": 0.0, "d2h": 0.0, "h2d": 0.0,
-                        "floor:d2h": 0.0, "floor:h2d": 0.0}
+                        "floor:d2h": 0.0, "floor:h2d": 0.0, "sm_lost": 0.0}
         self.scopes: list[dict[str, float]] = []  # per loop iteration (and the entry): its own busy and exposed
         self.events: list[Event] = []
         self.iteration_seconds: dict[str, float] = {}
@@ -429,7 +464,11 @@ class _Replay:
                 begin = self.t
                 seconds = self.seconds(op)
                 if op.category == "compute" and self.sm_slowdown > 1:
-                    seconds += self._beside_collectives(begin, seconds) * (self.sm_slowdown - 1)
+                    seconds += self._beside(begin, seconds, self._collective) * (self.sm_slowdown - 1)
+                if op.category == "compute" and self.kernel_sm_share:
+                    lost = self._beside(begin, seconds, self._transfer_kernel) * self.kernel_sm_share
+                    seconds += lost
+                    self.exposed["sm_lost"] += lost
                 self.t += seconds
                 if op.category in ("collective", "transfer"):  # synchronous: the compute stream waits it out
                     self._expose(op.category, op.lane, seconds)
@@ -453,12 +492,23 @@ class _Replay:
                 self._conditional(op, record, iteration)
 
     def seconds(self, op: Op) -> float:
-        return op.bytes / self.bandwidth[op.lane] if op.category == "transfer" else op.seconds
+        if op.category != "transfer":
+            return op.seconds
+        return op.bytes / (self.kernel_bandwidth if op.engine == "kernel" else self.bandwidth)[op.lane]
 
-    def _beside_collectives(self, begin: float, seconds: float) -> float:
-        """How much of [begin, begin + seconds) an async collective is running in (NCCL's SMs taken)."""
-        spans = sorted((max(b, begin), min(e, begin + seconds)) for b, e, category, _ in self.pending.values()
-                       if category == "collective" and b < begin + seconds and e > begin)
+    @staticmethod
+    def _collective(category: str, engine: str) -> bool:
+        return category == "collective"
+
+    @staticmethod
+    def _transfer_kernel(category: str, engine: str) -> bool:
+        return category == "transfer" and engine == "kernel"
+
+    def _beside(self, begin: float, seconds: float, which) -> float:
+        """How much of [begin, begin + seconds) pending work ``which(category, engine)`` runs in (an async
+        collective holding NCCL's SMs, a transfer kernel holding its share of them)."""
+        spans = sorted((max(b, begin), min(e, begin + seconds)) for b, e, category, _, engine in self.pending.values()
+                       if which(category, engine) and b < begin + seconds and e > begin)
         covered, reach = 0.0, begin
         for b, e in spans:
             if e > reach:
@@ -473,7 +523,7 @@ class _Replay:
         pcie, nic = self.shared_pcie
         if op.category == "transfer":
             others = [k for k, v in self.pending.items() if v[2] == "collective" and v[3] == "network"]
-            mine, theirs = self.bandwidth[op.lane], nic
+            mine, theirs = self.seconds_rate(op.lane, op.engine), nic
         elif op.lane == "network":
             others = [k for k, v in self.pending.items() if v[2] == "transfer"]
             mine, theirs = nic, None
@@ -481,16 +531,20 @@ class _Replay:
             return end
         extra = 0.0
         for name in others:
-            b, e, category, lane = self.pending[name]
+            b, e, category, lane, engine = self.pending[name]
             overlap = min(end, e) - max(begin, b)
             if overlap <= 0:
                 continue
-            rate_theirs = theirs if theirs is not None else self.bandwidth[lane]
+            rate_theirs = theirs if theirs is not None else self.seconds_rate(lane, engine)
             extra = max(extra, overlap * max(0.0, mine / (pcie / 2) - 1))
             pushed = e + overlap * max(0.0, rate_theirs / (pcie / 2) - 1)
-            self.pending[name] = (b, pushed, category, lane)
+            self.pending[name] = (b, pushed, category, lane, engine)
             self.lane_free[lane] = max(self.lane_free[lane], pushed)
         return end + extra
+
+    def seconds_rate(self, lane: str, engine: str) -> float:
+        """A host transfer's bytes/s on ``lane`` by what moves it."""
+        return (self.kernel_bandwidth if engine == "kernel" else self.bandwidth)[lane]
 
     def _start(self, op: Op, computation: str, record: bool, iteration: int):
         seconds = self.seconds(op)
@@ -508,7 +562,7 @@ class _Replay:
             self.capped_ends = [e for e in self.capped_ends if e > self.t]
             bisect.insort(self.capped_ends, end)
         self._add_busy(op.lane, seconds)
-        self.pending[op.name] = (begin, end, op.category, op.lane)
+        self.pending[op.name] = (begin, end, op.category, op.lane, op.engine)
         kind = op.lane if op.category == "transfer" else op.category
         self.record(Event(op.name, op.lane, begin, end, kind, computation, iteration), record)
 
@@ -516,7 +570,7 @@ class _Replay:
         started = self.pending.pop(op.start, None)
         if started is None:
             return
-        _, end, category, lane = started
+        _, end, category, lane, _ = started
         if end > self.t:
             self._expose(category, lane, end - self.t)
             self.record(Event(op.name, "compute", self.t, end, _WAIT_KIND[category], computation, iteration), record)
@@ -622,7 +676,9 @@ class Simulator:
             nic = (model.collectives.nic_per_gpu or coll.fabric(target.gpu.key).nic_per_gpu)
             shared = (min(target.link.achievable_d2h, target.link.achievable_h2d),
                       nic * model.collectives.network_efficiency)
-        replay = _Replay(self.program, bandwidth, self.limit, max_events, sm_slowdown, shared)
+        kernel = {d: target.link.bandwidth_per_gpu(d, model.concurrent_gpus, "kernel") for d in targets.DIRECTIONS}
+        replay = _Replay(self.program, bandwidth, self.limit, max_events, sm_slowdown, shared, kernel,
+                         model.kernel_sm_share(target.link))
         replay.scoped(self.module.entry, True)
         flops = self.flops
         by_kind = {**self.compute_by_class[1], **{f"collective:{lane}": replay.busy[lane] for lane in ("nvlink", "network")},
@@ -639,7 +695,8 @@ class Simulator:
             peak_device_bytes=self.peak_device_bytes, host_bytes=self.host_bytes,
             loop_iteration_seconds=dict(replay.iteration_seconds), tokens=work.tokens if work else None,
             flops_by_kind=self.compute_by_class[0], time_by_kind=by_kind, events=tuple(replay.events),
-            cost_model=self.cost_model, async_compute_limit=self.limit)
+            cost_model=self.cost_model, async_compute_limit=self.limit,
+            transfer_kernel_sm_seconds=replay.exposed["sm_lost"])
 
     def bandwidth(self, link: HostLink) -> dict[str, float]:
         """Bytes/s per GPU each way over ``link``, with ``cost_model.concurrent_gpus`` sharing it."""

@@ -71,6 +71,12 @@ class HostLink:
     sources: tuple[str, ...] = ()
     assumption: str = ""  # what is not public and assumed here
     carries_nic_traffic: bool = False  # GPUDirect RDMA of multi-node collectives uses the same link
+    # An SM-driven transfer: a generated kernel reading or writing pinned host memory through its mapped pointer
+    # (zero-copy), what XLA:GPU's offloaded scan residuals become under the lab's #46231 workaround
+    # (``hlo.HostTransfer.engine == "kernel"``); bytes/s one GPU reaches alone, each way (None: as the copy engine)
+    kernel_d2h: float | None = None
+    kernel_h2d: float | None = None
+    kernel_sources: tuple[str, ...] = ()
 
     def __post_init__(self):
         for field in ("nominal_per_direction", "achievable_d2h", "achievable_h2d", "host_memory_bytes_per_s"):
@@ -94,22 +100,32 @@ class HostLink:
         """GPUs that contend for this link or the memory behind it when all of them offload."""
         return max(self.gpus_per_link, self.gpus_per_host_memory)
 
-    def bandwidth_per_gpu(self, direction: str, concurrent_gpus: int | None = None) -> float:
+    def alone(self, direction: str, engine: str = "copy_engine") -> float:
+        """Bytes/s one GPU reaches in ``direction`` with the link to itself: its copy engines' (``copy_engine``,
+        also XLA:TPU's ``dma``), or a generated kernel's zero-copy accesses (``kernel``)."""
+        if engine == "kernel":
+            rate = self.kernel_d2h if direction == "d2h" else self.kernel_h2d
+            if rate is not None:
+                return rate
+        return self.achievable_d2h if direction == "d2h" else self.achievable_h2d
+
+    def bandwidth_per_gpu(self, direction: str, concurrent_gpus: int | None = None, engine: str = "copy_engine") -> float:
         """Bytes/s one GPU gets in ``direction`` while ``concurrent_gpus`` GPUs of the sharing group
-        move data at once (default: all of them, as in an SPMD training step)."""
+        move data at once (default: all of them, as in an SPMD training step); ``engine``: see ``alone``."""
         if direction not in DIRECTIONS:
             raise ValueError(f"unknown transfer direction {direction!r}; choose one of: {', '.join(DIRECTIONS)}")
         n = self.sharing_gpus if concurrent_gpus is None else concurrent_gpus
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"concurrent_gpus must be a positive integer, got {concurrent_gpus!r}")
-        alone = self.achievable_d2h if direction == "d2h" else self.achievable_h2d
+        alone = self.alone(direction, engine)
         link_share = alone / min(n, self.gpus_per_link)
         memory_share = self.host_memory_bytes_per_s / min(n, self.gpus_per_host_memory)
         return min(link_share, memory_share)
 
-    def transfer_seconds(self, nbytes: float, direction: str, concurrent_gpus: int | None = None) -> float:
+    def transfer_seconds(self, nbytes: float, direction: str, concurrent_gpus: int | None = None,
+                         engine: str = "copy_engine") -> float:
         """Seconds to move ``nbytes`` one way for one GPU (see ``bandwidth_per_gpu``)."""
-        return nbytes / self.bandwidth_per_gpu(direction, concurrent_gpus)
+        return nbytes / self.bandwidth_per_gpu(direction, concurrent_gpus, engine)
 
     def describe(self, concurrent_gpus: int | None = None) -> str:
         n = self.sharing_gpus if concurrent_gpus is None else concurrent_gpus
@@ -127,10 +143,20 @@ class HostLink:
                 "per_gpu_gb_per_s_all_sharing": {d: self.bandwidth_per_gpu(d) / GB for d in DIRECTIONS},
                 "per_gpu_gb_per_s_alone": {d: self.bandwidth_per_gpu(d, 1) / GB for d in DIRECTIONS},
                 "carries_nic_traffic": self.carries_nic_traffic, "assumption": self.assumption,
-                "sources": list(self.sources)}
+                "sources": list(self.sources),
+                "kernel_gb_per_s": {"d2h": self.alone("d2h", "kernel") / GB, "h2d": self.alone("h2d", "kernel") / GB},
+                "kernel_sources": list(self.kernel_sources)}
 
 
 _GRACE_C2C_MEASURED = "GH200 480GB host<->device over NVLink-C2C: 380 GB/s H2D, 296 GB/s D2H (OpenCL benchmark transcript)"
+# SM-driven (zero-copy) transfers, the nominal of each range in docs/research/46231-workaround-transfers.md (the
+# ranges are bands.KERNEL_LINK_SWEEP): no measurement of XLA's own untuned kLoop transfer kernel exists on any link
+_KERNEL_PCIE5 = ("nvbandwidth #24 (H100, PCIe Gen5): SM copies 52.8 GB/s device->host, 35.2 host->device; nvbandwidth "
+                 "#42 (A100, Gen4): SM host->device falls to 16.5-18 of 25 GB/s on 10-20 GiB buffers; nominal = the "
+                 "middle of 40-53 / 20-35 GB/s, an assumption for XLA's untuned kernel")
+_KERNEL_C2C = ("nvbandwidth #23 (GH200): SM host->device 342 GB/s against the copy engine's 346; no device->host or GB200 "
+               "SM figure: GH200 nominal 222 / 300 (the middle of 150-295 / 250-345 GB/s), GB200/GB300 170 / 185 (the "
+               "middle of 150-195 / 160-210: SM ~ copy engine, as on GH200), an assumption")
 
 HOST_LINKS: dict[str, HostLink] = {
     link.key: link
@@ -145,14 +171,15 @@ HOST_LINKS: dict[str, HostLink] = {
                      "DGX H100/B200 user guides: 2 sockets, 4 GPUs and 4 ConnectX-7 400 Gb/s NICs per socket"),
             assumption="host DRAM at DDR5-4400 (2 DIMMs per channel, as a 32-DIMM DGX is populated): 281.6 GB/s "
                        "per socket; not limiting at 55 GB/s per GPU x 4",
-            carries_nic_traffic=True),
+            carries_nic_traffic=True, kernel_d2h=47 * GB, kernel_h2d=28 * GB, kernel_sources=_KERNEL_PCIE5),
         HostLink(
             "nvlink_c2c_gh200", "NVLink-C2C (GH200)", nominal_per_direction=450 * GB,
             achievable_d2h=296 * GB, achievable_h2d=380 * GB, gpus_per_link=1,
             host_memory_bytes_per_s=512 * GB, gpus_per_host_memory=1,
             host_memory="one Grace's LPDDR5X (480 GB) behind one H100",
             sources=("NVIDIA GH200 datasheet: NVLink-C2C 900 GB/s bidirectional; LPDDR5X up to 512 GB/s",
-                     _GRACE_C2C_MEASURED)),
+                     _GRACE_C2C_MEASURED),
+            kernel_d2h=222 * GB, kernel_h2d=300 * GB, kernel_sources=_KERNEL_C2C),
         HostLink(
             "nvlink_c2c_gb200", "NVLink-C2C (GB200, shared)", nominal_per_direction=450 * GB,
             achievable_d2h=296 * GB, achievable_h2d=380 * GB, gpus_per_link=2,
@@ -163,7 +190,8 @@ HOST_LINKS: dict[str, HostLink] = {
             assumption="how the superchip's 900 GB/s C2C and Grace's 512 GB/s divide between its two GPUs is not "
                        "public: modelled as one 450 GB/s-per-direction link both GPUs share (each gets half when "
                        "both transfer; concurrent_gpus=1 is the what-if of one GPU alone); one GPU alone is "
-                       "assumed to reach what a GH200 measures (380 / 296 GB/s)"),
+                       "assumed to reach what a GH200 measures (380 / 296 GB/s)",
+            kernel_d2h=170 * GB, kernel_h2d=185 * GB, kernel_sources=_KERNEL_C2C),
         HostLink(
             "nvlink_c2c_gb300_measured", "NVLink-C2C (GB300, as measured)", nominal_per_direction=450 * GB,
             achievable_d2h=193.5 * GB, achievable_h2d=211.5 * GB, gpus_per_link=1,
@@ -173,7 +201,8 @@ HOST_LINKS: dict[str, HostLink] = {
                      "CPU->GPU 211.5 GB/s, GPU->CPU 193.5 GB/s per GPU alone, ~170-183 GB/s with all four at once",),
             assumption="a GB300 measurement used as a labelled what-if for GB200 (the lab has no GB300 target): "
                        "each GPU keeps its measured rate when its neighbour transfers (the four-at-once figures "
-                       "drop ~10 %, not by half); Grace's 512 GB/s shared by the two GPUs as on GB200"),
+                       "drop ~10 %, not by half); Grace's 512 GB/s shared by the two GPUs as on GB200",
+            kernel_d2h=170 * GB, kernel_h2d=185 * GB, kernel_sources=_KERNEL_C2C),
         HostLink(
             "nvlink_c2c_vera_rubin", "NVLink-C2C (Vera Rubin, shared)", nominal_per_direction=900 * GB,
             achievable_d2h=2 * 296 * GB, achievable_h2d=2 * 380 * GB, gpus_per_link=2,
@@ -182,7 +211,8 @@ HOST_LINKS: dict[str, HostLink] = {
             sources=("NVIDIA Vera Rubin announcements (secondary sources): NVLink-C2C 1.8 TB/s bidirectional, "
                      "Vera LPDDR5X up to 1.5 TB at 1.2 TB/s, one Vera per two Rubin GPUs",),
             assumption="preliminary figures; shared between the two GPUs like GB200's; achievable = GH200's measured "
-                       "efficiency at twice the link. A what-if link: no Rubin GPU target exists in this XLA"),
+                       "efficiency at twice the link. A what-if link: no Rubin GPU target exists in this XLA",
+            kernel_d2h=2 * 170 * GB, kernel_h2d=2 * 185 * GB, kernel_sources=_KERNEL_C2C),
         HostLink(
             "pcie_tpu_v5e", "PCIe (TPU v5e host)", nominal_per_direction=16 * GB,
             achievable_d2h=15 * GB, achievable_h2d=15 * GB, gpus_per_link=1,
@@ -525,7 +555,7 @@ TPUS: dict[str, Tpu] = {
     for t in (
         Tpu(
             key="tpu-v5e", name="TPU v5e (v5 lite)", device_kind="TPU v5 lite",
-            hbm_bytes=16 * GiB, usable_hbm_bytes=15 * GiB + 768 * MiB,
+            hbm_bytes=16 * GiB, usable_hbm_bytes=16_909_336_064,
             hbm_marketing="16 GB HBM2", hbm_bandwidth=819e9, bf16_dense_flops=197e12, int8_dense_ops=393e12,
             mxus=4, vmem_bytes=128 * MiB, ici_bidirectional_bytes_per_s=400 * GB, ici_ports=4,
             host_link=HOST_LINKS["pcie_tpu_v5e"], host_memory_per_gpu_bytes=64 * GiB, gpus_per_host=8,
@@ -533,8 +563,9 @@ TPUS: dict[str, Tpu] = {
             sources=("Google Cloud TPU v5e page (docs.cloud.google.com/tpu/docs/v5e): one TensorCore of four MXUs per "
                      "chip, 197 TFLOP/s bf16, 393 TOP/s int8, 16 GB HBM2 at 819 GB/s, ICI 400 GB/s bidirectional over "
                      "4 ports, 8 chips and 512 GiB DRAM per host",
-                     "XLA:TPU's own limit, read from libtpu 0.0.42.1's compile-only v5e:1x1 and from the lent chip: "
-                     "'available HBM (15.75G)', 15.75 GiB",
+                     "the runtime's limit, read on the lent chip (libtpu 0.0.42.1, 2026-12-06): "
+                     "memory_stats()['bytes_limit'] = 16,909,336,064 bytes; XLA:TPU's compile-time refusal, compile-only "
+                     "and on the chip, says 'available HBM (15.75G)'",
                      "jax-ml scaling book: 128 MiB of VMEM on v5e"),
             assumption="host DRAM per chip = 512 GiB / 8 chips (the 8-chip host); the lent chip's VM had 40 GiB"),
     )

@@ -6,7 +6,8 @@ How (as ``refresh_xla_flag_names.py`` does for the CUDA plugin): candidate names
 words in ``libtpu.so``; each one is set to a sentinel in a compile-only v5e compile of a scalar
 program. libtpu answers "No such compile option" for a name it does not know and "Failed to parse"
 for a known one the sentinel is no value of; a name that takes the sentinel is a string flag. The
-type of the others comes from which of ``true``, ``7`` and ``0.5`` they take.
+type of the others comes from which of ``true``, ``7`` and ``0.5`` they take; a flag that takes both ``true``
+and ``ENABLED`` is a tri-state (``ENABLED``/``DISABLED``, or true/false).
 
 Some names abort the whole process when set (a CHECK in libtpu, not an error): the probes run in
 worker processes over chunks of names; when a worker dies, the name it was probing is recorded as
@@ -64,6 +65,8 @@ def worker(names: list[str]) -> None:
             kind = "string"
         else:
             kind = next((k for k, v in (("bool", "true"), ("int", "7"), ("float", "0.5")) if accepts(name, v)), "enum")
+            if kind == "bool" and accepts(name, "ENABLED"):  # a tri-state (MaxText writes ENABLED) that takes true too
+                kind = "tristate"
         print(json.dumps({"name": name, "kind": kind}), flush=True)
 
 

@@ -111,6 +111,8 @@ def test_mesh_must_match_the_target():
     with pytest.raises(ValueError, match="positive"):
         compiler.place(targets.target("h100", "1x8"), {"fsdp": 0})
     with pytest.raises(ValueError, match="unknown backend"):
+        compiler.place(targets.target("h100", "1x8"), backend_kind="rocm")
+    with pytest.raises(ValueError, match="compiles for TPU targets; h100:1x8 is a GPU"):
         compiler.place(targets.target("h100", "1x8"), backend_kind="tpu")
     placement = compiler.place(targets.target("h100", "1x8"), {"fsdp": 4, "tensor": 2})
     assert dict(placement.mesh.shape) == {"fsdp": 4, "tensor": 2}

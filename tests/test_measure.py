@@ -129,3 +129,9 @@ def test_the_stored_chip_measurements_hold_together():
     assert m.notes  # what the session could not measure is said with the result
     first = m.step("L4-B8-S2048-full")
     assert first.flash_kernel == "jax" and hlo.CUDNN_ATTENTION  # the first session's attention, as it ran
+
+
+def test_compile_only_here_reproduces_the_chips_memory_analysis():
+    rows = measured.compile_agreement(measured.load())
+    assert len(rows) >= 23 and all(r.same_verdict for r in rows)
+    assert all(r.peak_difference == 0 for r in rows)  # byte for byte: the same libtpu, the same program
