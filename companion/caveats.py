@@ -6,7 +6,9 @@ visible list (``CAVEATS``). Sources, read in each:
 
 * openxla/xla #46231: offloaded scan residuals read back with wrong memcpy descriptors (silently wrong
   gradients); fixed by #46308 after jaxlib 0.10.2. The lab's workaround (``flags.WORKAROUNDS``) disables
-  the pass that writes them; ``companion.descriptors`` checks a compiled module for the fault.
+  the pass that writes them; ``companion.descriptors`` checks a compiled module for the fault. The
+  workaround turns those transfers into SM kernels (``companion.workaround``: XLA's source at 5a9e73cb,
+  ``docs/research/46231-workaround-transfers.md``), which the caveat says with its cost.
 * openxla/xla #37979 (2026-02-20, in jaxlib 0.10.2): pipelined host offloading made opt-in after its O1
   auto-enable caused a loss convergence failure (gemma3-27b on 2 x 8 B200: loss 12.8+ against 5.7);
   #45393 (2026-07-13, after 0.10.2) turned it back on at O1.
@@ -54,9 +56,14 @@ CAVEATS: tuple[Caveat, ...] = (
            "jaxlib <= 0.10.2 reads offloaded scan residuals back with wrong memcpy descriptors: silently wrong "
            "gradients.",
            "--xla_disable_hlo_passes=dynamic-slice-annotator (the lab adds it; fixed by openxla/xla #46308 in later "
-           "XLA).",
-           "python -m companion compile ... reports 'offload descriptors' (companion.descriptors); then the A/B "
-           "check.", "https://github.com/openxla/xla/issues/46231"),
+           "XLA). Same memory, still async, but not free: each offloaded residual's transfer becomes a generated "
+           "kernel that reads or writes host memory over the link from the SMs (zero-copy) instead of a copy-engine "
+           "memcpy, so it competes with compute for SMs and runs at the SM-driven rate (lower than the copy "
+           "engine's on PCIe). Never measured on a GPU: the lab prices it over a range (companion.workaround) and "
+           "calls a ranking inside that range 'unknown on this link'.",
+           "python -m companion compile ... reports 'offload descriptors' (companion.descriptors) and which "
+           "transfers run as SM kernels; then the A/B check; on the GPU, benchmarks/gpu/harness.py --workaround-ab "
+           "times the step with and without it.", "https://github.com/openxla/xla/issues/46231"),
     Caveat("openxla/xla#37979", "pipelined",
            "pipelined host offloading's auto-enable at O1 caused a loss convergence failure (gemma3-27b on 2 x 8 "
            "B200: loss 12.8+ against 5.7) and was made opt-in; jaxlib 0.10.2 runs it only when this flag asks.",

@@ -166,7 +166,9 @@ CATALOG: dict[str, Flag] = {
         Flag("xla_disable_hlo_passes", "string_list", (),
              "HLO passes to skip, by exact name ('rematerialization': MaxText's GPU runs skip XLA's own remat, "
              "so the JAX policy alone decides memory; 'dynamic-slice-annotator': the lab's fix for offloaded "
-             "scan residuals read with wrong memcpy offsets in jaxlib 0.10.2, openxla/xla #46231).", "passes"),
+             "scan residuals read with wrong memcpy offsets in jaxlib 0.10.2, openxla/xla #46231 - it turns "
+             "those host transfers from copy-engine memcpys into generated kernels that move the bytes from the "
+             "SMs, zero-copy: same memory, still async, priced with its range by companion.workaround).", "passes"),
         Flag("xla_gpu_enable_dynamic_slice_fusion", "bool", False,
              "Fuse dynamic-slice/update-slice address computation into library calls.", "passes"),
         Flag("xla_gpu_copy_insertion_use_region_analysis", "bool", False,
@@ -258,7 +260,9 @@ PIPELINED_HOST_OFFLOADING = "xla_gpu_enable_pipelined_host_offloading"  # the fl
 
 # The lab's fix for openxla/xla #46231 (jaxlib <= 0.10.2): without XLA's DynamicSliceAnnotator, no
 # dynamic-slice gets a precomputed memcpy descriptor, so an offloaded scan residual read at the
-# reversed index L-1-i is sliced by a kernel that reads the index at run time (still async).
+# reversed index L-1-i is sliced by a kernel that reads the index at run time (still async) - a kLoop
+# fusion whose threads read and write the pinned host buffer over the link, on the SMs, where the
+# descriptor's path was a copy-engine memcpy (companion.workaround prices the difference).
 DESCRIPTOR_FIX_PASS = "dynamic-slice-annotator"
 WORKAROUNDS: dict[str, str] = {
     "offload_descriptors": f"--xla_disable_hlo_passes={DESCRIPTOR_FIX_PASS}: no wrong memcpy descriptors for "

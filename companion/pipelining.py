@@ -74,24 +74,27 @@ class Conditions:
                 "expect a gain": "yes" if self.expect_gain else "no"}
 
 
-def _moved(report) -> dict[tuple[str, str], int]:
-    """Offloaded bytes per execution of each computation, by (computation, direction)."""
-    out: dict[tuple[str, str], int] = {}
+def _moved(report, simulator: Simulator) -> dict[tuple[str, str], float]:
+    """Link seconds per execution of each computation's transfers, by (computation, direction): each transfer's
+    bytes at its engine's rate on the step's link (``HostLink.bandwidth_per_gpu``)."""
+    link, out = simulator.target.link, {}
     for t in report.offload.transfers:
-        out[t.computation, t.direction] = out.get((t.computation, t.direction), 0) + t.bytes_per_execution
+        seconds = t.bytes_per_execution / link.bandwidth_per_gpu(t.direction, simulator.cost_model.concurrent_gpus,
+                                                                 t.engine)
+        out[t.computation, t.direction] = out.get((t.computation, t.direction), 0.0) + seconds
     return out
 
 
-def _loop_times(moved: dict[tuple[str, str], int], simulator: Simulator, result: StepSimulation,
+def _loop_times(moved: dict[tuple[str, str], float], simulator: Simulator, result: StepSimulation,
                 direction: str) -> list[tuple[float, float]]:
-    """(transfer seconds on the link, compute seconds) per iteration of each loop body moving ``direction``."""
-    bandwidth = simulator.target.link.bandwidth_per_gpu(direction)
+    """(transfer seconds on the link, compute seconds) per iteration of each loop body moving ``direction``: each
+    transfer at its engine's rate (a kernel's for the #46231 workaround's transfers, ``HostTransfer.engine``)."""
     out = []
     for loop in hlo.loops(simulator.module):
         if not moved.get((loop.body, direction)):
             continue
         compute = sum(e.seconds for e in result.lane_events(loop.body) if e.kind == "compute")
-        out.append((moved[loop.body, direction] / bandwidth, compute))
+        out.append((moved[loop.body, direction], compute))
     return out
 
 
@@ -100,13 +103,13 @@ def conditions(report, simulator: Simulator, result: StepSimulation, layers: int
     with events: the default ``Simulator.run``); ``layers``: the model's decoder layers."""
     if not report.offload.transfers:
         raise ValueError("no host transfers in this compile: the conditions are for a step that offloads")
-    moved = _moved(report)
+    moved = _moved(report, simulator)
 
-    def loop_bytes(loop) -> int:
-        return moved.get((loop.body, "d2h"), 0) + moved.get((loop.body, "h2d"), 0)
+    def loop_seconds(loop) -> float:
+        return moved.get((loop.body, "d2h"), 0.0) + moved.get((loop.body, "h2d"), 0.0)
 
-    busiest = max(hlo.loops(simulator.module), key=loop_bytes, default=None)
-    trips = (busiest.trips or 0) if busiest is not None and loop_bytes(busiest) else 0
+    busiest = max(hlo.loops(simulator.module), key=loop_seconds, default=None)
+    trips = (busiest.trips or 0) if busiest is not None and loop_seconds(busiest) else 0
     reads, writes = (_loop_times(moved, simulator, result, d) for d in ("h2d", "d2h"))
     if not result.lane_events() or (reads and not any(c for _, c in reads)):
         raise ValueError("the simulation recorded no events: replay with events (Simulator.run's default max_events)")

@@ -47,7 +47,7 @@ from typing import Mapping
 
 from . import bands, fit
 from . import budget as budget_lib
-from . import compiler, schedule, sharding, targets, train
+from . import compiler, schedule, sharding, targets, train, workaround
 from .fit import HOST_RAM_SHARE, host_limit_bytes
 from . import flags as xla_flags
 from .models import configs as model_configs
@@ -294,7 +294,9 @@ def estimate_seconds(b: budget_lib.Budget, cfg, target: Target, mesh: Mapping[st
     * compute: the step's matmul FLOPs plus the recompute at the GPU's dense bf16 peak;
     * offloaded activations: written during the forward pass and read back during the backward pass at
       the link's per-GPU bandwidth with every GPU sharing it busy; only what outlasts the pass's compute
-      is exposed;
+      is exposed. Under the #46231 workaround (jaxlib <= 0.10.2: what the lab compiles) a generated kernel
+      moves them (``companion.workaround``): the link's SM-driven rate, and the compute beside it loses the
+      kernel's share of the SMs for as long as both run (``schedule.CostModel.kernel_sm_share``);
     * optimizer / parameter host offload: their bytes cross the link both ways per step, exposed (an
       assumption: the update waits for them);
     * the optimizer update: 7 passes over the fp32 parameter shard (read p, g, mu, nu; write p, mu,
@@ -316,8 +318,11 @@ def estimate_seconds(b: budget_lib.Budget, cfg, target: Target, mesh: Mapping[st
     by_key = {t.key: t.bytes for t in b.terms}
     act = by_key.get("residuals_host", 0)
     if act:
-        seconds += max(0.0, link.transfer_seconds(act, "d2h") - forward)
-        seconds += max(0.0, link.transfer_seconds(act, "h2d") - backward)
+        engine = "kernel" if workaround.in_effect() else "copy_engine"
+        share = schedule.CostModel().kernel_sm_share(link) if engine == "kernel" else 0.0
+        for direction, compute in (("d2h", forward), ("h2d", backward)):
+            moving = link.transfer_seconds(act, direction, engine=engine)
+            seconds += max(0.0, moving - compute) + share * min(moving, compute)
     state_host = b.host_bytes - act
     if state_host:
         seconds += link.transfer_seconds(state_host, "h2d") + link.transfer_seconds(state_host, "d2h")

@@ -6,14 +6,15 @@ peak and host bytes, the simulated step (priced even where it does not fit: what
 exposed time and recompute, where its time goes by op class, and — where it fits — its sweep over the
 simulator's constants (``bands.sweep``), so two records of one system are ranked with the paired band.
 For a naive offload step (transfers, no pipelining flag) it also keeps the conditions under which
-pipelining would pay (``companion.pipelining``), given the model's ``layers``.
+pipelining would pay (``companion.pipelining``), given the model's ``layers``; for a step with host
+transfers, its time under each pricing of the #46231 workaround's transfer kernels (``companion.workaround``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import bands, pipelining, schedule
+from . import bands, pipelining, schedule, workaround
 from . import flags as xla_flags
 
 
@@ -29,6 +30,8 @@ def record(report, label: str, *, layers: int | None = None, **meta: Any) -> dic
            "tflops_per_gpu": sim.tflops_per_gpu, "exposed_transfer_seconds": sim.exposed_transfer_seconds,
            "exposed_collective_seconds": sim.exposed_collective_seconds, "recompute_flops": sim.recompute_flops,
            "time_by_kind": dict(sim.time_by_kind)}
+    if report.offload.transfers:  # under each pricing of the #46231 workaround's transfer kernels
+        out["workaround"] = workaround.price(report, label).to_dict()
     if report.fits:
         sweep = bands.sweep(report, nominal=simulator)
         out.update(sweep=sweep.error_band_paired(), band=sweep.error_band_abs())

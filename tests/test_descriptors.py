@@ -1,6 +1,8 @@
 """The memcpy-descriptor check (openxla/xla #46231): hand-written modules with known answers, then
 real compiles of an offloading scan with and without the lab's workaround."""
 
+import dataclasses
+
 import companion  # noqa: F401
 import jax
 import jax.numpy as jnp
@@ -177,3 +179,35 @@ def test_the_workaround_leaves_no_wrong_descriptor_and_the_same_memory(placement
 def test_double_buffering_breaks_the_forward_writes_too(placement):
     r = _compile(placement, flags="none --xla_gpu_enable_while_loop_double_buffering=true", workarounds=False)
     assert {c.direction for c in r.offload.checks.wrong} == {"d2h", "h2d"}
+
+
+def test_the_workaround_turns_copy_engine_transfers_into_sm_kernels_and_only_those_cost_sm_time(placement):
+    from companion import schedule
+
+    broken = _compile(placement, flags="none", workarounds=False)
+    fixed = _compile(placement, flags="none")
+    assert {t.engine for t in broken.offload.transfers} == {"copy_engine"}  # kCustom: memcpy on a copy engine
+    assert {t.engine for t in fixed.offload.transfers} == {"kernel"}  # kLoop: a generated kernel on the SMs
+    assert broken.offload.bytes_by_engine()["copy_engine"] == fixed.offload.bytes_by_engine()["kernel"]
+    assert "SM kernel" in fixed.summary() and "run as SM kernels, not copy engines" in fixed.summary()
+    assert schedule.simulate(broken).transfer_kernel_sm_seconds == 0
+    busy = schedule.simulate(fixed).transfer_kernel_sm_seconds
+    assert busy > 0  # compute beside the transfer kernels lost SM time
+    idle = schedule.simulate(fixed, cost_model=schedule.CostModel(transfer_kernel_sm_share=0.0))
+    assert idle.transfer_kernel_sm_seconds == 0 and idle.step_seconds < schedule.simulate(fixed).step_seconds
+
+
+def test_the_workarounds_price_is_a_range_and_a_ranking_inside_it_is_unknown(placement):
+    from companion import workaround
+
+    fixed = workaround.price(_compile(placement, flags="none"), "offloaded, workaround")
+    broken = workaround.price(_compile(placement, flags="none", workarounds=False), "offloaded, copy engines")
+    assert fixed.kernel_transfers and not broken.kernel_transfers
+    assert len(set(broken.seconds.values())) == 1  # nothing to reprice without transfer kernels
+    assert fixed.seconds[workaround.COPY_ENGINE] == pytest.approx(broken.seconds[workaround.NOMINAL], rel=1e-3)
+    low, high = fixed.cost_range
+    assert 0 <= fixed.cost and low <= fixed.cost <= high and high > low  # the kernels cost something, by how much unknown
+    same = workaround.compare(fixed, fixed)
+    assert same.verdict == workaround.UNKNOWN and same.ratios[workaround.NOMINAL] == 1
+    slower = dataclasses.replace(broken, label="twice", seconds={k: 2 * v for k, v in broken.seconds.items()})
+    assert workaround.compare(fixed, slower).verdict == "offloaded, workaround"

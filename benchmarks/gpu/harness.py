@@ -15,7 +15,13 @@ On a machine with NVIDIA GPUs (``pip install -e ".[gpu]"``) it measures, and wri
 3. the peak bytes in use (``memory_stats()``) against the compiled peak;
 4. whether offloaded gradients equal non-offloaded ones (openxla/xla #46231: an offloaded scan
    residual read back with a wrong memcpy descriptor gives silently wrong gradients), without and
-   with the lab's workaround.
+   with the lab's workaround;
+5. what the workaround costs (``--workaround-ab``, also part of a full run): the offloading steps, naive and
+   pipelined, timed with and without ``--xla_disable_hlo_passes=dynamic-slice-annotator`` (without it the
+   gradients are wrong on jaxlib 0.10.2, but the time is the copy-engine transfers a fixed XLA runs), each
+   traced once (``jax.profiler``, reduced by ``companion.measure.read_trace``): the transfer kernels' own
+   time and rate on the link, and the compute kernels' time with them beside (the SMs they take), the
+   constants ``companion.workaround`` prices over a range until this file says.
 
 Everything up to the first measurement runs anywhere (the plan, the flag sets, the inputs); without
 a GPU it stops there with a one-line message and exit status 1. ``companion.calibration.calibrate``
@@ -43,7 +49,7 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 from jax.sharding import SingleDeviceSharding  # noqa: E402
 
-from companion import calibration, compiler, flags, models, targets, train  # noqa: E402
+from companion import calibration, compiler, flags, hlo, models, targets, train  # noqa: E402
 from companion.sharding import AxisRules  # noqa: E402
 
 POLICIES = ("full", "minimal", "qkv_proj_offloaded", "minimal_offloaded")
@@ -166,6 +172,31 @@ def gradients_agree(cfg, placement, batch: int, seq: int) -> dict:
     return out
 
 
+def workaround_ab(cfg, placement, batch: int, seq: int, repeats: int, trace_dir: str) -> list[dict]:
+    """The offloading steps timed and traced with and without the #46231 workaround (see the module docstring)."""
+    from companion import measure
+
+    params, x = _stack_inputs(cfg, placement, batch, seq)
+    rows = []
+    for policy in ("minimal_offloaded", "qkv_proj_offloaded"):
+        for extra in ("", PIPELINED):
+            for workarounds in (True, False):
+                loss = train.layer_stack_loss(cfg, policy)[0]
+                flag_set = flags.resolve(extra or None, workarounds=workarounds)
+                with jax.set_mesh(placement.mesh):
+                    lowered = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(params, x)
+                    compiled = lowered.compile(compiler_options=flag_set.compiler_options())
+                engines = {t.engine for t in hlo.offload_summary(hlo.parse_module(compiled.as_text())).transfers}
+                seconds = _median_seconds(lambda: jax.block_until_ready(compiled(params, x)), repeats)
+                folder = f"{trace_dir}/{policy}{'-pipelined' if extra else ''}-{'workaround' if workarounds else 'memcpy'}"
+                trace = measure.read_trace(measure.trace_call(compiled, (params, x), folder)).to_dict()
+                rows.append({"policy": policy, "pipelined": bool(extra), "workaround": workarounds,
+                             "transfer_engines": sorted(engines), "step_seconds": seconds, "trace": trace})
+                print(f"{policy:20} {'pipelined' if extra else 'naive':9} {'workaround' if workarounds else 'memcpy':10} "
+                      f"{seconds * 1e3:9.2f} ms  engines {sorted(engines)}", flush=True)
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="llama3.1-8b")
@@ -174,6 +205,8 @@ def main(argv=None) -> int:
     p.add_argument("--seq", type=int, default=4096)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", default=None)
+    p.add_argument("--workaround-ab", action="store_true", help="only measure what the #46231 workaround costs")
+    p.add_argument("--trace-dir", default="/tmp/offload-lab-traces", help="where the profiler traces go")
     args = p.parse_args(argv)
     try:
         cfg = models.config(args.model, num_layers=args.layers)
@@ -194,10 +227,12 @@ def main(argv=None) -> int:
     placement = compiler.place(target, backend_kind="gpu")
     batch = args.batch or len(gpus)
     result = {"format": calibration.FORMAT, "device_kind": kind, "gpu": gpu, "gpus": len(gpus),
-              "jax": jax.__version__, "date": time.strftime("%Y-%m-%d"),
-              "bandwidth": bandwidth(gpus, args.repeats),
-              "steps": step_times(args.model, cfg, placement, batch, args.seq, cases, args.repeats),
-              "gradients": gradients_agree(cfg, placement, batch, args.seq)}
+              "jax": jax.__version__, "date": time.strftime("%Y-%m-%d")}
+    if not args.workaround_ab:
+        result.update(bandwidth=bandwidth(gpus, args.repeats),
+                      steps=step_times(args.model, cfg, placement, batch, args.seq, cases, args.repeats),
+                      gradients=gradients_agree(cfg, placement, batch, args.seq))
+    result["workaround"] = workaround_ab(cfg, placement, batch, args.seq, args.repeats, args.trace_dir)
     out = Path(args.out or ROOT / "benchmarks" / "results" / f"gpu_{gpu}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
