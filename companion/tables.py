@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -249,4 +250,40 @@ def pipelining_verdicts(rows: Sequence[Mapping[str, Any]]) -> str:
         out.append({"case": f"{r['model']} on {r['target']}, B={r['batch']}, S={r['seq']}, fraction {r['mem_fraction']:g}: "
                             f"{r['label'].rsplit(',', 1)[0]}",
                     **conditions, "pipelined vs naive (measured)": measured})
+    return markdown(out)
+
+
+def workaround_costs(rows: Sequence[Mapping[str, Any]], pairs: Sequence[tuple[str, str]]) -> str:
+    """The #46231 workaround's price on stored step rows (``steps.record``'s ``workaround``): for each (a, b) pair of
+    labels of one system and batch, a's tokens/s over b's with the transfers priced as copy engines (the lab's
+    old pricing: what the bytes cost once the fix ships), at the nominal kernel pricing, and over the kernel
+    range's corners, and what follows (``workaround.compare``: "unknown on this link" where it flips)."""
+    from . import workaround
+
+    def pricing(r) -> "workaround.Pricing":
+        if "workaround" in r:
+            return workaround.Pricing.from_dict(r["workaround"])
+        # a step without transfers costs the same under every pricing
+        names = [workaround.COPY_ENGINE, workaround.NOMINAL, *workaround.corner_names(r["target"])]
+        return workaround.Pricing(r["label"], "", 0, 0, dict.fromkeys(names, r["step_seconds"]),
+                                  r["tokens_per_second"] * r["step_seconds"])
+
+    out = []
+    for a_label, b_label in pairs:
+        a = next(r for r in rows if r["label"] == a_label)
+        b = next(r for r in rows if r["label"] == b_label and r["batch"] == a["batch"] and r["target"] == a["target"])
+        pa, pb = pricing(a), pricing(b)
+        pb = pb if pb.link else dataclasses.replace(pb, link=pa.link)
+        pa = pa if pa.link else dataclasses.replace(pa, link=pb.link)
+        c = workaround.compare(pa, pb)
+        low, high = c.corner_range
+        out.append({"system": a["target"], "B": a["batch"], "a vs b": f"{a_label} vs {b_label}",
+                    "a's transfer kernels": pa.kernel_transfers,
+                    "a's step: copy engine / kernel (range), s": (
+                        f"{pa.seconds[workaround.COPY_ENGINE]:.3f} / {pa.seconds[workaround.NOMINAL]:.3f} "
+                        f"({min(pa.corners.values()):.3f}-{max(pa.corners.values()):.3f})"),
+                    "a/b tokens/s, copy engine": f"{c.ratios[workaround.COPY_ENGINE]:.3f}x",
+                    "a/b, kernel nominal": f"{c.ratios[workaround.NOMINAL]:.3f}x",
+                    "a/b, kernel range": f"{low:.3f}-{high:.3f}x",
+                    "verdict": c.verdict if c.verdict == workaround.UNKNOWN else f"{c.verdict} faster"})
     return markdown(out)

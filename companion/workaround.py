@@ -57,6 +57,13 @@ def _corners(link: HostLink) -> dict[str, tuple[HostLink, float]]:
     return out
 
 
+def corner_names(target) -> list[str]:
+    """The corners' names on ``target``'s own link (a ``Target`` or its name)."""
+    from . import targets
+
+    return list(_corners(targets.target(target).link if isinstance(target, str) else target.link))
+
+
 @dataclasses.dataclass(frozen=True)
 class Pricing:
     """One compiled step replayed under each pricing of its transfer kernels: seconds and tokens per GPU."""
