@@ -5,8 +5,9 @@ Importing ``companion`` prepares JAX, once, before it starts:
 * sets ``JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1`` (unless already set), which lets the CUDA PJRT
   plugin register on a machine without a GPU driver, so that GPU targets can be compiled for
   (see ``companion.compiler``); on a GPU machine it only skips the plugin's version check;
-* validates ``XLA_FLAGS`` (XLA aborts the process on an unknown flag): if it is bad, a warning
-  says why and the backend is left unstarted, so ``compiler.backend()`` raises a ValueError;
+* validates ``XLA_FLAGS`` and ``LIBTPU_INIT_ARGS`` (XLA and libtpu abort the process on an unknown
+  flag): if one is bad, a warning says why and the backend is left unstarted, so ``compiler.backend()``
+  raises a ValueError;
 * imports ``jax`` and starts its backend with file descriptor 2 captured, so the plugin's
   "Could not find cuda drivers" lines land in ``companion.JAX_START_LOG``, not in notebooks
   (with ``XLA_FLAGS`` set, the backend starts uncaptured, so XLA's own errors stay visible) —
@@ -26,14 +27,17 @@ import warnings
 
 from . import distributed as _distributed
 from . import flags as _flags
+from . import libtpu as _libtpu
 from . import stderr as _stderr
 
 os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
 
 
 def _xla_flags_error() -> str | None:
+    """Why ``XLA_FLAGS`` (or, on a TPU, libtpu's ``LIBTPU_INIT_ARGS``) would abort the backend's start, or None."""
     try:
         _flags.parse(os.environ.get("XLA_FLAGS", ""))
+        _libtpu.check_environment(os.environ)
     except ValueError as err:
         return str(err)
     return None
@@ -61,6 +65,7 @@ if _error is None and os.environ.get("XLA_FLAGS") and not _cluster:
     # checks), its fatal message must reach the terminal rather than a captured file.
     jax.devices()
 if _error is not None and sys.argv[:1] != ["-m"]:  # `python -m companion` says it once, as its error
-    warnings.warn(f"XLA_FLAGS would abort the process when JAX starts its backend: {_error}", stacklevel=2)
+    warnings.warn(f"XLA_FLAGS or LIBTPU_INIT_ARGS would abort the process when JAX starts its backend: {_error}",
+                  stacklevel=2)
 
 __version__ = "0.1.0"

@@ -95,6 +95,7 @@ def backend() -> BackendInfo:
     """
     env_flags = os.environ.get("XLA_FLAGS", "")
     xla_flags.parse(env_flags)  # raises ValueError naming the bad flag and close matches
+    libtpu.check_environment(os.environ)  # libtpu reads LIBTPU_INIT_ARGS when the TPU backend starts
     with stderr.capture() as log:
         devices = jax.devices()
     return BackendInfo(

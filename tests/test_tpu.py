@@ -106,3 +106,14 @@ def test_convolution_flops_count_real_taps_not_padding():
     assert hlo._real_taps(4, 3, 0, 4, 1, 4, 4) == 4
     # an ordinary valid convolution: every tap real
     assert hlo._real_taps(3, 1, 0, 1, 1, 10, 8) == 24
+
+
+def test_libtpu_init_args_are_validated_before_the_backend_starts():
+    import subprocess
+    import sys
+
+    env = {**__import__("os").environ, "LIBTPU_INIT_ARGS": "--xla_tpu_host_transfer_overlap_limt=24"}
+    out = subprocess.run([sys.executable, "-c", "import companion; from companion import compiler; compiler.backend()"],
+                         capture_output=True, text=True, env=env)
+    assert out.returncode == 1 and "unknown libtpu flag 'xla_tpu_host_transfer_overlap_limt'" in out.stderr
+    assert "did you mean xla_tpu_host_transfer_overlap_limit" in out.stderr
