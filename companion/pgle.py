@@ -65,7 +65,7 @@ class Profile:
 
 def costs(simulator: Simulator, link: HostLink | str | None = None) -> tuple[dict[str, float], dict[str, int]]:
     """``{instruction name: µs}`` from the simulator's program, and how many of each kind."""
-    bandwidth = simulator.bandwidth(targets.host_link(link) if link is not None else simulator.target.link)
+    on = targets.host_link(link) if link is not None else simulator.target.link
     module = simulator.module
     out: dict[str, float] = {}
     counts = {"kernels": 0, "transfers": 0, "collectives": 0}
@@ -77,7 +77,7 @@ def costs(simulator: Simulator, link: HostLink | str | None = None) -> tuple[dic
             elif op.action == "done":
                 out[op.name] = 0.0  # the wait itself costs nothing: the latency is the start's
             elif op.category == "transfer" and op.action in ("start", "compute"):
-                us = op.bytes / bandwidth[op.lane] * 1e6
+                us = op.bytes / on.bandwidth_per_gpu(op.lane, simulator.cost_model.concurrent_gpus, op.engine) * 1e6
                 out[op.name] = us
                 for name in _wrapped_names(module, computation, op.name):
                     out[name] = us

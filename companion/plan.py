@@ -213,7 +213,7 @@ class Candidate:
     step_flops: float  # per device, without recompute
     recompute_flops: float
     estimated_seconds: float  # the analytic step time (see ``estimate_seconds``)
-    tokens: float = 0.0  # per GPU per step (batch x seq / GPUs)
+    tokens: float = 0.0  # per GPU per step (batch x seq / GPUs), set with the batch by ``_priced``
 
     @property
     def policy(self) -> dict[str, str]:
@@ -646,8 +646,7 @@ def search(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None
                         batch = _largest(fits, step)
                     if not batch:
                         continue
-                    feasible.append((m, _priced(Candidate(spec, batch, offloads, state, 0, 0, 0.0, 0.0, 0.0,
-                                                          batch * seq / n),
+                    feasible.append((m, _priced(Candidate(spec, batch, offloads, state, 0, 0, 0.0, 0.0, 0.0),
                                                 budget_at(batch), cfg, target, m, seq)))
     if not feasible:
         raise ValueError(f"no configuration of {cfg.name} fits {target.name} at S={seq} by the budget (usable HBM "
@@ -753,9 +752,11 @@ def _choose(fitting: list[tuple[dict, "Checked"]]) -> tuple[tuple[dict, "Checked
 
 
 def _priced(c: Candidate, b: budget_lib.Budget, cfg, target: Target, mesh, seq: int) -> Candidate:
-    """``c`` with the budget's memory, FLOPs and analytic step time at its batch, state and flags."""
+    """``c`` with the budget's memory, FLOPs, tokens per GPU and analytic step time at its batch, state and
+    flags: everything that follows from the batch, so a finalist stepped down to a smaller batch is re-priced
+    whole (it had kept the larger batch's tokens and ranked 1.5x high)."""
     return dataclasses.replace(c, device_bytes=b.device_bytes, host_bytes=b.host_bytes, step_flops=b.step_flops,
-                               recompute_flops=b.recompute_flops,
+                               recompute_flops=b.recompute_flops, tokens=c.batch * seq / target.num_devices,
                                estimated_seconds=estimate_seconds(b, cfg, target, mesh, seq))
 
 

@@ -80,7 +80,8 @@ class StepTime:
 
 def step_time(report, target: Target, link: HostLink | None = None, concurrent_gpus: int | None = None) -> StepTime:
     """Estimate a ``CompileReport``'s step on ``target`` (its host link unless ``link`` is given;
-    transfers at the per-GPU bandwidth while ``concurrent_gpus`` sharing GPUs offload, default all)."""
+    transfers at the per-GPU bandwidth while ``concurrent_gpus`` sharing GPUs offload, default all; each at
+    its engine's: a copy engine's, or a kernel's for the #46231 workaround's transfers, ``HostTransfer.engine``)."""
     link = link or target.link
     costs = hlo.op_costs(report.module)
     compute = recompute = 0.0
@@ -92,8 +93,9 @@ def step_time(report, target: Target, link: HostLink | None = None, concurrent_g
         if cost.phase == "recompute":
             recompute += seconds
     d2h, h2d = report.offload.d2h_bytes_per_step, report.offload.h2d_bytes_per_step
-    return StepTime(compute, recompute, transfer_seconds(d2h, link, "d2h", concurrent_gpus),
-                    transfer_seconds(h2d, link, "h2d", concurrent_gpus), d2h, h2d, link.key)
+    moved = {d: sum(t.bytes_per_step / link.bandwidth_per_gpu(d, concurrent_gpus, t.engine)  # each at its engine's rate
+                    for t in report.offload.transfers if t.direction == d) for d in ("d2h", "h2d")}
+    return StepTime(compute, recompute, moved["d2h"], moved["h2d"], d2h, h2d, link.key)
 
 
 def loop_body_seconds(report, target: Target) -> dict[str, tuple[int, float]]:

@@ -834,14 +834,14 @@ def compare_with_xla(simulator: Simulator, result: StepSimulation, lhs) -> list[
     beside the simulation ``result`` of the same compile: the whole step (the entry plus every loop body
     times its trips, ``xla_step_us``), the entry computation alone (what XLA's dump totals: its loops count
     ~0 there) and each loop body for one iteration."""
-    bandwidth = (simulator.bandwidth(targets.host_link(result.link)) if result.link in targets.HOST_LINKS
-                 else None)
+    link = targets.host_link(result.link) if result.link in targets.HOST_LINKS else None
     entry = simulator.module.entry
     transfers = {}
     for name, comp in lhs.computations.items():
         ops = {op.name: op for op in simulator.program.get(name, ())}
         windows = {n: w for n, w in comp.async_windows().items() if n in ops and ops[n].category == "transfer"}
-        ours_t = sorted(ops[n].bytes / bandwidth[ops[n].lane] for n in windows) if bandwidth else []
+        ours_t = sorted(ops[n].bytes / link.bandwidth_per_gpu(ops[n].lane, simulator.cost_model.concurrent_gpus,
+                                                               ops[n].engine) for n in windows) if link else []
         transfers[name] = (len(windows), sorted(windows.values()), ours_t)
 
     def row(name, role, xla_us, ours, counted):
@@ -882,7 +882,8 @@ class TransferCover:
 def transfer_cover(simulator: Simulator, link: HostLink | str | None = None) -> list[TransferCover]:
     """Every async host transfer of the schedule with the compute placed under it: the question the
     scheduler answered with its own costs."""
-    bandwidth = simulator.bandwidth(targets.host_link(link) if link is not None else simulator.target.link)
+    on = targets.host_link(link) if link is not None else simulator.target.link
+    concurrent = simulator.cost_model.concurrent_gpus
     out = []
     for computation, ops in simulator.program.items():
         index = {op.name: k for k, op in enumerate(ops)}
@@ -894,7 +895,8 @@ def transfer_cover(simulator: Simulator, link: HostLink | str | None = None) -> 
                 continue
             between = [o for o in ops[index[op.start] + 1:k] if o.action == "compute" and o.category == "compute"
                        and o.seconds > 0]
-            out.append(TransferCover(start.name, computation, start.lane, start.bytes, start.bytes / bandwidth[start.lane],
+            seconds = start.bytes / on.bandwidth_per_gpu(start.lane, concurrent, start.engine)  # at its engine's rate
+            out.append(TransferCover(start.name, computation, start.lane, start.bytes, seconds,
                                      len(between), sum(o.seconds for o in between)))
     return out
 
