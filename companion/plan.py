@@ -190,7 +190,7 @@ class TensorChoice:
     bytes_per_layer: int  # per device, one microbatch
     layers: int
     spared_flops_per_layer: float  # recompute the plan avoids by saving it (greedy order: given those before it)
-    link_seconds_per_layer: float  # one layer's copy one way at the link's per-GPU bandwidth, all GPUs offloading
+    link_seconds_per_layer: float  # one layer's write to the host at its engine's per-GPU rate, all GPUs offloading
     forward_seconds_per_layer: float  # one layer's forward matmuls at the GPU's peak: what a write can hide under
     location: str  # remat | device | offload
     reason: str
@@ -790,26 +790,34 @@ def _explain(cfg, c: Candidate, mesh, seq: int, order, info, never, target: Targ
     n_acc = c.state.gradient_accumulation_steps
     per_shard = c.batch // (sharding.batch_ways(mesh) * n_acc)  # info is at one sequence per batch shard
     forward_s = c.step_flops / 3 / target.gpu.bf16_dense_flops / (n_acc * cfg.num_layers)
+    engine = "kernel" if workaround.in_effect() else "copy_engine"  # the #46231 workaround's transfers are kernels
+
+    def moved(nbytes: float) -> tuple[float, str]:
+        """One layer's write (seconds) and its time out and back, in words, at the transfers' engine's rate."""
+        out_s, back_s = (link.transfer_seconds(nbytes, d, engine=engine) for d in ("d2h", "h2d"))
+        by = " as the #46231 workaround's kernels" if engine == "kernel" else ""
+        return out_s, f"{out_s * 1e3:.2f} ms out and {back_s * 1e3:.2f} ms back{by}"
+
     out = []
     for rank, name in enumerate(order):
         sizes, spared = info[name]
         nbytes, spared = sizes.bytes_per_layer * per_shard, spared * per_shard
-        link_s = link.transfer_seconds(nbytes, "d2h")
+        link_s, link_words = moved(nbytes)
         location, ratio = where.get(name, "remat"), spared / nbytes
         if location == "device":
             reason = f"#{rank + 1} in recompute spared per byte ({ratio:,.0f} FLOP/B): kept in HBM"
         elif location == "offload":
             reason = (f"#{rank + 1} ({ratio:,.0f} FLOP/B), past what HBM holds: to the host, one layer's copy "
-                      f"{link_s * 1e3:.2f} ms each way against {forward_s * 1e3:.2f} ms of a layer's forward compute")
+                      f"{link_words}, against {forward_s * 1e3:.2f} ms of a layer's forward compute")
         else:
             reason = (f"#{rank + 1} ({ratio:,.0f} FLOP/B): recomputed, {spared / 1e9:,.0f} GFLOP per layer; "
                       "keeping or moving it cost more than it spared")
         out.append(TensorChoice(name, nbytes, sizes.layers, spared, link_s, forward_s, location, reason))
     carry = per_shard * seq * cfg.d_model * cfg.act_bytes  # [b, S, D] in the compute dtype, each layer's input
-    link_s = link.transfer_seconds(carry, "d2h")
+    link_s, link_words = moved(carry)
     if where.get(CARRY) == "offload":
         reason = (f"the scan carry (never recomputed: every layer's backward starts from it): offloaded, "
-                  f"{carry / GiB:.2f} GiB per layer off HBM for {link_s * 1e3:.2f} ms of link each way")
+                  f"{carry / GiB:.2f} GiB per layer off HBM for {link_words}")
     else:
         reason = "the scan carry (never recomputed: every layer's backward starts from it): kept in HBM"
     out.append(TensorChoice(CARRY, carry, cfg.num_layers, 0.0, link_s, forward_s, where.get(CARRY, "device"), reason))
