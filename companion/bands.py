@@ -229,7 +229,7 @@ def sample_models(target: targets.Target, nic_per_gpu: float | None = None,
     link_spread, kernel_spread = LINK_SWEEP.get(target.link.key), KERNEL_LINK_SWEEP.get(target.link.key)
     out = []
     for point in _points(len(names) + 2):
-        v = {n: spreads[n].low + u * (spreads[n].high - spreads[n].low) for n, u in zip(names, point)}
+        v = {n: _at(spreads[n], u) for n, u in zip(names, point)}
         collectives = coll.CollectiveModel(nvlink_efficiency=v["nvlink_efficiency"],
                                            network_efficiency=v["network_efficiency"],
                                            nccl_sms=int(round(v["nccl_sms"])), nic_per_gpu=nic_per_gpu,

@@ -52,9 +52,9 @@ class Measurements:
 
 def gpu_key(device_kind: str) -> str:
     """The lab's GPU key for a JAX ``device_kind`` (``NVIDIA H100 80GB HBM3`` -> ``h100``)."""
-    for gpu in targets.GPUS.values():
-        if gpu.matches_device_kind(device_kind):
-            return gpu.key
+    found = targets.for_device_kind(device_kind, targets.GPUS)
+    if found is not None:
+        return found.key
     raise ValueError(f"no lab target for GPU {device_kind!r}; the lab knows: "
                      f"{', '.join(g.device_kind for g in targets.GPUS.values())}")
 

@@ -592,9 +592,9 @@ def _local_target() -> targets.Target:
     import jax
 
     kind = jax.local_devices()[0].device_kind
-    for key in targets.ACCELERATORS:
-        if targets.accelerator(key).matches_device_kind(kind):
-            return targets.target(key, "1")
+    found = targets.for_device_kind(kind)
+    if found is not None:
+        return targets.target(found.key, "1")
     raise ValueError(f"this machine's {kind!r} is not in the lab's catalog ({', '.join(targets.ACCELERATORS)})")
 
 

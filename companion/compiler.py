@@ -53,6 +53,7 @@ from . import hlo, libtpu, report_cache, stderr
 from .targets import Target
 
 BACKENDS = ("auto", "cuda", "gpu", "libtpu", "tpu", "cpu")
+COMPILE_ONLY = ("cuda", "libtpu")  # backends that compile for a topology with no device behind it
 
 # The platform ``compile`` is lowering a step for (tpu, cuda or cpu), for model code that picks a kernel by platform
 # (``models.flash``: the Pallas TPU kernel only where the step is lowered for a TPU, so that a GPU step's program
@@ -63,7 +64,6 @@ _LOWERING_FOR: contextvars.ContextVar[str | None] = contextvars.ContextVar("offl
 def lowering_platform() -> str:
     """The platform the step being lowered is for: the placement's inside ``compile``, else this process's backend."""
     return _LOWERING_FOR.get() or jax.default_backend()
-COMPILE_ONLY = ("cuda", "libtpu")  # backends that compile for a topology with no device behind it
 
 
 # ----------------------------------------------------------------------------- backend
@@ -528,7 +528,7 @@ def compile(fn: Callable, *args, placement: Placement,
     try:
         with stderr.capture() as log:
             start = time.perf_counter()
-            platform = "tpu" if placement.target.is_tpu else "cpu" if placement.backend == "cpu" else "cuda"
+            platform = "tpu" if tpu else "cpu" if placement.backend == "cpu" else "cuda"
             token = _LOWERING_FOR.set(platform)
             try:
                 with jax.set_mesh(placement.mesh), _compute_capability(placement):

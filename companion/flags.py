@@ -342,13 +342,8 @@ def resolve(spec: "str | Mapping[str, Any] | FlagSet | None" = None, *, preset: 
     if isinstance(spec, Mapping):
         overrides = parse(spec)
     elif spec:
-        text = str(spec).strip()
-        first, _, rest = text.partition(" ")
-        if not first.startswith("--"):
-            if first not in PRESETS:
-                raise ValueError(f"unknown XLA flag preset {first!r}; choose one of: {', '.join(PRESETS)}, "
-                                 "or give flags as --name=value")
-            name, text = first, rest
+        named, text = split_preset(spec, PRESETS, "XLA flag")
+        name = named or name
         overrides = parse(text)
     notes = []
     for owned, why in LAB_OWNED.items():
@@ -444,6 +439,37 @@ def _convert(name: str, raw: Any) -> Any:
     return str(raw)
 
 
+def split_preset(spec: str, presets: Mapping[str, Any], kind: str) -> tuple[str | None, str]:
+    """A flag spec's leading preset name (one of ``presets``) and the flags after it; (None, the spec) when it
+    starts with a flag. ``kind`` names the flags in the error (``XLA flag``, ``libtpu flag``)."""
+    text = str(spec).strip()
+    first, _, rest = text.partition(" ")
+    if first.startswith("--"):
+        return None, text
+    if first not in presets:
+        raise ValueError(f"unknown {kind} preset {first!r}; choose one of: {', '.join(presets)}, "
+                         "or give flags as --name=value")
+    return first, rest
+
+
+def flag_items(flags: str | Mapping[str, Any], env: str) -> list[tuple[str, Any]]:
+    """(name, raw value) of a flag string as ``env`` holds it (``--name=value`` tokens, a bare ``--flag`` true)
+    or of a ``{name: value}`` dict (names with or without ``--``); a malformed string in one line."""
+    if isinstance(flags, Mapping):
+        return [(str(k).removeprefix("--"), v) for k, v in flags.items()]
+    try:
+        tokens = shlex.split(flags)
+    except ValueError as err:
+        raise ValueError(f"cannot split {env} {flags!r}: {err}") from None
+    items = []
+    for token in tokens:
+        if not token.startswith("--"):
+            raise ValueError(f"bad {env} entry {token!r}: each flag is written --name=value")
+        name, sep, value = token[2:].partition("=")
+        items.append((name, value if sep else "true"))
+    return items
+
+
 def parse(flags: str | Mapping[str, Any] | None) -> dict[str, Any]:
     """Validate an ``XLA_FLAGS`` string or a ``{name: value}`` dict; return ``{name: value}``.
 
@@ -451,19 +477,7 @@ def parse(flags: str | Mapping[str, Any] | None) -> dict[str, Any]:
     """
     if not flags:
         return {}
-    if isinstance(flags, Mapping):
-        items = [(str(k).removeprefix("--"), v) for k, v in flags.items()]
-    else:
-        items = []
-        try:
-            tokens = shlex.split(flags)
-        except ValueError as err:
-            raise ValueError(f"cannot split XLA_FLAGS {flags!r}: {err}") from None
-        for token in tokens:
-            if not token.startswith("--"):
-                raise ValueError(f"bad XLA_FLAGS entry {token!r}: each flag is written --name=value")
-            name, sep, value = token[2:].partition("=")
-            items.append((name, value if sep else "true"))
+    items = flag_items(flags, "XLA_FLAGS")
     parsed, problems, corrected = {}, [], []
     for name, value in items:
         try:

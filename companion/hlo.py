@@ -376,8 +376,7 @@ def _infer_trip_counts(module: HloModule) -> None:
         if cond is None or body is None:
             continue
         compare = cond.root
-        direction = re.search(r"direction=(\w+)", " ".join(compare.attrs.values()) + " " + compare.attrs.get("direction", ""))
-        direction = compare.attrs.get("direction") or (direction.group(1) if direction else "")
+        direction = compare.attrs.get("direction", "")
         if compare.opcode != "compare" or direction not in _COUNTING or len(compare.operands) != 2:
             continue
         index, end = _tuple_index(cond, compare.operands[0]), _constant(cond, compare.operands[1])

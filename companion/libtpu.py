@@ -25,7 +25,6 @@ import functools
 import importlib.util
 import json
 import re
-import shlex
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -144,21 +143,8 @@ def parse(flags: str | Mapping[str, Any] | None) -> dict[str, Any]:
     (every bad flag named at once)."""
     if not flags:
         return {}
-    if isinstance(flags, Mapping):
-        items = [(str(k).removeprefix("--"), v) for k, v in flags.items()]
-    else:
-        try:
-            tokens = shlex.split(flags)
-        except ValueError as err:
-            raise ValueError(f"cannot split {INIT_ARGS_ENV} {flags!r}: {err}") from None
-        items = []
-        for token in tokens:
-            if not token.startswith("--"):
-                raise ValueError(f"bad {INIT_ARGS_ENV} entry {token!r}: each flag is written --name=value")
-            name, sep, value = token[2:].partition("=")
-            items.append((name, value if sep else "true"))
     parsed, problems = {}, []
-    for name, value in items:
+    for name, value in xla_flags.flag_items(flags, INIT_ARGS_ENV):
         try:
             if name not in KNOWN:
                 raise _unknown(name)
@@ -182,13 +168,9 @@ def resolve(spec: "str | Mapping[str, Any] | xla_flags.FlagSet | None" = None) -
     if isinstance(spec, Mapping):
         overrides = parse(spec)
     elif spec:
-        first, _, rest = str(spec).strip().partition(" ")
-        if not first.startswith("--"):
-            if first not in PRESETS:
-                raise ValueError(f"unknown libtpu flag preset {first!r}; choose one of: {', '.join(PRESETS)}, or "
-                                 "give flags as --name=value")
-            name, spec = first, rest
-        overrides = parse(spec)
+        named, text = xla_flags.split_preset(spec, PRESETS, "libtpu flag")
+        name = named or name
+        overrides = parse(text)
     return xla_flags.FlagSet(name, {**PRESETS[name], **overrides}, overrides, platform="tpu")
 
 

@@ -77,7 +77,7 @@ def costs(simulator: Simulator, link: HostLink | str | None = None) -> tuple[dic
             elif op.action == "done":
                 out[op.name] = 0.0  # the wait itself costs nothing: the latency is the start's
             elif op.category == "transfer" and op.action in ("start", "compute"):
-                us = op.bytes / on.bandwidth_per_gpu(op.lane, simulator.cost_model.concurrent_gpus, op.engine) * 1e6
+                us = simulator.transfer_seconds(op, on) * 1e6
                 out[op.name] = us
                 for name in _wrapped_names(module, computation, op.name):
                     out[name] = us

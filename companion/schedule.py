@@ -492,9 +492,7 @@ class _Replay:
                 self._conditional(op, record, iteration)
 
     def seconds(self, op: Op) -> float:
-        if op.category != "transfer":
-            return op.seconds
-        return op.bytes / (self.kernel_bandwidth if op.engine == "kernel" else self.bandwidth)[op.lane]
+        return op.bytes / self.rate(op.lane, op.engine) if op.category == "transfer" else op.seconds
 
     @staticmethod
     def _collective(category: str, engine: str) -> bool:
@@ -523,7 +521,7 @@ class _Replay:
         pcie, nic = self.shared_pcie
         if op.category == "transfer":
             others = [k for k, v in self.pending.items() if v[2] == "collective" and v[3] == "network"]
-            mine, theirs = self.seconds_rate(op.lane, op.engine), nic
+            mine, theirs = self.rate(op.lane, op.engine), nic
         elif op.lane == "network":
             others = [k for k, v in self.pending.items() if v[2] == "transfer"]
             mine, theirs = nic, None
@@ -535,14 +533,14 @@ class _Replay:
             overlap = min(end, e) - max(begin, b)
             if overlap <= 0:
                 continue
-            rate_theirs = theirs if theirs is not None else self.seconds_rate(lane, engine)
+            rate_theirs = theirs if theirs is not None else self.rate(lane, engine)
             extra = max(extra, overlap * max(0.0, mine / (pcie / 2) - 1))
             pushed = e + overlap * max(0.0, rate_theirs / (pcie / 2) - 1)
             self.pending[name] = (b, pushed, category, lane, engine)
             self.lane_free[lane] = max(self.lane_free[lane], pushed)
         return end + extra
 
-    def seconds_rate(self, lane: str, engine: str) -> float:
+    def rate(self, lane: str, engine: str) -> float:
         """A host transfer's bytes/s on ``lane`` by what moves it."""
         return (self.kernel_bandwidth if engine == "kernel" else self.bandwidth)[lane]
 
@@ -676,9 +674,8 @@ class Simulator:
             nic = (model.collectives.nic_per_gpu or coll.fabric(target.gpu.key).nic_per_gpu)
             shared = (min(target.link.achievable_d2h, target.link.achievable_h2d),
                       nic * model.collectives.network_efficiency)
-        kernel = {d: target.link.bandwidth_per_gpu(d, model.concurrent_gpus, "kernel") for d in targets.DIRECTIONS}
-        replay = _Replay(self.program, bandwidth, self.limit, max_events, sm_slowdown, shared, kernel,
-                         model.kernel_sm_share(target.link))
+        replay = _Replay(self.program, bandwidth, self.limit, max_events, sm_slowdown, shared,
+                         self.bandwidth(target.link, "kernel"), model.kernel_sm_share(target.link))
         replay.scoped(self.module.entry, True)
         flops = self.flops
         by_kind = {**self.compute_by_class[1], **{f"collective:{lane}": replay.busy[lane] for lane in ("nvlink", "network")},
@@ -698,9 +695,14 @@ class Simulator:
             cost_model=self.cost_model, async_compute_limit=self.limit,
             transfer_kernel_sm_seconds=replay.exposed["sm_lost"])
 
-    def bandwidth(self, link: HostLink) -> dict[str, float]:
-        """Bytes/s per GPU each way over ``link``, with ``cost_model.concurrent_gpus`` sharing it."""
-        return {d: link.bandwidth_per_gpu(d, self.cost_model.concurrent_gpus) for d in targets.DIRECTIONS}
+    def bandwidth(self, link: HostLink, engine: str = "copy_engine") -> dict[str, float]:
+        """Bytes/s per GPU each way over ``link`` for transfers ``engine`` moves (``HostTransfer.engine``), with
+        ``cost_model.concurrent_gpus`` sharing it."""
+        return {d: link.bandwidth_per_gpu(d, self.cost_model.concurrent_gpus, engine) for d in targets.DIRECTIONS}
+
+    def transfer_seconds(self, op: Op, link: HostLink) -> float:
+        """One host transfer ``op``'s time on ``link`` at its engine's rate (the lab's pricing, not XLA's)."""
+        return op.bytes / link.bandwidth_per_gpu(op.lane, self.cost_model.concurrent_gpus, op.engine)
 
     @functools.cached_property
     def flops(self) -> hlo.FlopSummary:
@@ -840,8 +842,7 @@ def compare_with_xla(simulator: Simulator, result: StepSimulation, lhs) -> list[
     for name, comp in lhs.computations.items():
         ops = {op.name: op for op in simulator.program.get(name, ())}
         windows = {n: w for n, w in comp.async_windows().items() if n in ops and ops[n].category == "transfer"}
-        ours_t = sorted(ops[n].bytes / link.bandwidth_per_gpu(ops[n].lane, simulator.cost_model.concurrent_gpus,
-                                                               ops[n].engine) for n in windows) if link else []
+        ours_t = sorted(simulator.transfer_seconds(ops[n], link) for n in windows) if link else []
         transfers[name] = (len(windows), sorted(windows.values()), ours_t)
 
     def row(name, role, xla_us, ours, counted):
@@ -883,7 +884,6 @@ def transfer_cover(simulator: Simulator, link: HostLink | str | None = None) -> 
     """Every async host transfer of the schedule with the compute placed under it: the question the
     scheduler answered with its own costs."""
     on = targets.host_link(link) if link is not None else simulator.target.link
-    concurrent = simulator.cost_model.concurrent_gpus
     out = []
     for computation, ops in simulator.program.items():
         index = {op.name: k for k, op in enumerate(ops)}
@@ -895,8 +895,7 @@ def transfer_cover(simulator: Simulator, link: HostLink | str | None = None) -> 
                 continue
             between = [o for o in ops[index[op.start] + 1:k] if o.action == "compute" and o.category == "compute"
                        and o.seconds > 0]
-            seconds = start.bytes / on.bandwidth_per_gpu(start.lane, concurrent, start.engine)  # at its engine's rate
-            out.append(TransferCover(start.name, computation, start.lane, start.bytes, seconds,
+            out.append(TransferCover(start.name, computation, start.lane, start.bytes, simulator.transfer_seconds(start, on),
                                      len(between), sum(o.seconds for o in between)))
     return out
 

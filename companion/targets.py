@@ -497,13 +497,18 @@ GPUS: dict[str, Gpu] = {
 }
 
 
-def gpu(key: str | Gpu) -> Gpu:
-    if isinstance(key, Gpu):
+def _by_key(kind: str, key, table: dict, cls: type):
+    """``key`` itself where it is a ``cls``, else ``table``'s entry for it (any case); one line naming the choices."""
+    if isinstance(key, cls):
         return key
     key = str(key).lower()
-    if key not in GPUS:
-        raise _choose("GPU", key, GPUS)
-    return GPUS[key]
+    if key not in table:
+        raise _choose(kind, key, table)
+    return table[key]
+
+
+def gpu(key: str | Gpu) -> Gpu:
+    return _by_key("GPU", key, GPUS, Gpu)
 
 
 # ----------------------------------------------------------------------------- TPUs
@@ -573,12 +578,7 @@ TPUS: dict[str, Tpu] = {
 
 
 def tpu(key: str | Tpu) -> Tpu:
-    if isinstance(key, Tpu):
-        return key
-    key = str(key).lower()
-    if key not in TPUS:
-        raise _choose("TPU", key, TPUS)
-    return TPUS[key]
+    return _by_key("TPU", key, TPUS, Tpu)
 
 
 Accelerator = Gpu | Tpu
@@ -595,6 +595,11 @@ def accelerator(key: str | Gpu | Tpu) -> Accelerator:
     if name in GPUS:
         return GPUS[name]
     raise _choose("accelerator", key, ACCELERATORS)
+
+
+def for_device_kind(device_kind: str, keys=ACCELERATORS) -> Accelerator | None:
+    """The accelerator among ``keys`` that JAX's ``device_kind`` names (``NVIDIA H100 80GB HBM3`` -> h100), or None."""
+    return next((a for a in map(accelerator, keys) if a.matches_device_kind(device_kind)), None)
 
 
 # ----------------------------------------------------------------------------- topologies

@@ -108,7 +108,7 @@ def price(report, label: str = "", target=None, link: HostLink | str | None = No
     run_on = nominal.target.with_link(link) if link is not None else nominal.target
     result = nominal.run(run_on.link, max_events=0)
     corners = _corners(run_on.link)
-    if not _kernels(report):
+    if not report.offload.kernel_transfers:
         seconds = dict.fromkeys([COPY_ENGINE, NOMINAL, *corners], result.step_seconds)
     else:
         def at(link_: HostLink, share: float) -> float:  # the same program, the kernels priced otherwise
@@ -118,13 +118,8 @@ def price(report, label: str = "", target=None, link: HostLink | str | None = No
         plain = dataclasses.replace(run_on.link, kernel_d2h=run_on.link.alone("d2h"), kernel_h2d=run_on.link.alone("h2d"))
         seconds = {COPY_ENGINE: at(plain, 0.0), NOMINAL: result.step_seconds}
         seconds.update({name: at(corner_link, share) for name, (corner_link, share) in corners.items()})
-    engines = report.offload.transfers
-    return Pricing(label, run_on.link.key, sum(t.engine == "kernel" for t in engines),
-                   sum(t.engine == "copy_engine" for t in engines), seconds, result.tokens)
-
-
-def _kernels(report) -> bool:
-    return any(t.engine == "kernel" for t in report.offload.transfers)
+    return Pricing(label, run_on.link.key, report.offload.kernel_transfers,
+                   sum(t.engine == "copy_engine" for t in report.offload.transfers), seconds, result.tokens)
 
 
 @dataclasses.dataclass(frozen=True)
