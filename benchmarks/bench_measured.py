@@ -1,26 +1,29 @@
 """Measured on a real chip: the lab's Llama-style training steps and kernel microbenchmarks on one TPU v5e.
 
-    python benchmarks/bench_measured.py --compile-only          # here: every step's XLA:TPU verdict (libtpu)
-    python benchmarks/bench_measured.py --part kernels --out D  # on the chip: matmuls, HBM copy, host link
-    python benchmarks/bench_measured.py --part grid|largest|ab --out D [--subset] [--process N] [--probe] [--trace]
-    python benchmarks/bench_measured.py --merge D1 D2 ...       # -> benchmarks/results/measured.json
+    python benchmarks/bench_measured.py --compile-only [--only W ...] [--largest]  # here: XLA:TPU's verdicts (libtpu)
+    python benchmarks/bench_measured.py --part kernels --out D  # on the chip: matmuls, HBM copy, host link, memory probe
+    python benchmarks/bench_measured.py --part grid|ab --out D [--only W ...] [--subset|--traced] [--process N] [--trace]
+    python benchmarks/bench_measured.py --merge PART.json ...   # -> benchmarks/results/measured.json
 
 The grid (``GRID``): full training steps (embedding, scanned decoder layers, head, AdamW; fp32 master
-weights, bf16 activations; the Pallas TPU flash attention with its named ``context``) of one Llama-style
-family, ``tpu_llama(layers)`` (D 2048, 16 query and 8 key/value heads of 128, SwiGLU F 8192, vocab
-32,000), at S 2K-32K, several depths and batches, under full remat, ``minimal``, Q/K/V, the MLP, the
-context and the layer input saved on the device or offloaded, every projection offloaded, and optimizer
-state offloaded; offloading steps also under MaxText's TPU ``HOST_OFFLOAD_FLAGS``; each policy at its
-largest batch at one shape and one batch beyond. Each step: XLA:TPU's compile verdict and memory analysis
-on the chip, ``warmup`` + N timed calls (``companion.measure.time_step``), the runtime's memory counters,
-and, on request, its real footprint (``measure.peak_by_filler``), a profiler trace reduced per op, and a
-loss/gradient A/B of an offloading policy against its device-saving twin. ``--process N`` tags a
-repeat in a separate process: the merge computes each step's run-to-run spread across processes.
+weights, bf16 activations) of one Llama-style family, ``tpu_llama(layers)`` (D 2048, 16 query and 8
+key/value heads of 128, SwiGLU F 8192, vocab 32,000), with the lab's blockwise attention (``jax``; ten steps
+with the Pallas TPU flash kernel, ``+pallas``), at S 2K-32K, depths 2-8 and several batches, under full
+remat, ``minimal``, Q/K/V, the MLP, the context and the layer input saved on the device or offloaded, every
+projection offloaded, and optimizer state offloaded; offloading steps also under MaxText's TPU
+``HOST_OFFLOAD_FLAGS``; each ``LARGEST`` policy at its largest batch and one beyond (searched here with
+``--compile-only --largest``), and the device twins where only offloading fits. Each step: XLA:TPU's compile
+verdict and memory analysis on the chip (a step compiled over usable HBM is recorded, not run: the runtime
+waits past its limit), ``warmup`` + N timed calls (``companion.measure.time_step``), the runtime's counters
+and the footprint they give (``measure.runtime_footprint``), and for ``TRACED`` steps a profiler trace
+reduced per op; ``--part ab`` checks loss and gradients of offloading policies against their device twins.
+``--process N`` repeats steps in a separate process: the merge computes each step's run-to-run spread
+across processes (and sessions).
 
-The chip is lent for 30 minutes a session in calls of under 10 minutes: the parts are sized to fit one
-call each, compiles are shared across processes through JAX's persistent cache (``--cache``), and what
-the merge writes is committed as a stamped result (``results.stamp()``, the device kind, jax, jaxlib,
-libtpu and the lab's commit), which the tests and notebook 07 read without a chip.
+The chip is lent for 30 minutes a session in calls of under 10 minutes: parts are sized to fit one call
+each, compiles are shared across processes through JAX's persistent cache (``--cache``), and the merge
+writes a stamped result (each session's device kind, jax, jaxlib, libtpu, source and commit) that the tests
+read without a chip.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ import numpy as np  # noqa: E402
 from companion import compiler, libtpu, measure, models, results, targets, train  # noqa: E402
 
 TARGET = "tpu-v5e"
+COMPILE_ONLY = _common.ROOT / "benchmarks" / "results" / "measured_compile_only.json"
 OFFLOAD_FLAGS = "maxtext_host_offload"
 QKV = ("query_proj", "key_proj", "value_proj")
 MLP = ("mlpwi_0", "mlpwi_1", "mlpwo")
@@ -84,7 +88,7 @@ class Step:
     seq: int
     policy: str  # a key of POLICIES
     optimizer_offload: bool = False
-    flash_kernel: str = "fused"  # the model's attention kernel: fused (Pallas on the TPU) or jax (the lab's own)
+    flash_kernel: str = "jax"  # the model's attention kernel: jax (the lab's blockwise kernel) or fused (Pallas)
     flags: str | None = None  # a libtpu preset (None: libtpu's defaults)
     subset: bool = False  # also repeated in processes 2 and 3 (the run-to-run spread)
     probe: bool = False  # its real footprint bisected with a filler
@@ -92,7 +96,7 @@ class Step:
     @property
     def key(self) -> str:
         return (f"L{self.layers}-B{self.batch}-S{self.seq}-{self.policy}" + ("+opt_offload" if self.optimizer_offload
-                else "") + (f"+{self.flags}" if self.flags else ""))
+                else "") + (f"+{self.flags}" if self.flags else "") + ("+pallas" if self.flash_kernel == "fused" else ""))
 
 
 def _grid() -> list[Step]:
@@ -117,13 +121,38 @@ def _grid() -> list[Step]:
     for layers in (2, 8):
         for policy in ("full", "qkv_offload", "minimal_offloaded"):
             grid.append(Step(layers, 8 if layers == 2 else 4, 2048, policy))
-    return grid
+    # each policy at its largest batch (L4, S 2048) and one batch beyond: near the limit on both sides
+    for (policy, optimizer_offload), batch in LARGEST_FOUND.items():
+        grid += [Step(4, batch, 2048, policy, optimizer_offload, subset=policy == "minimal_offloaded"),
+                 Step(4, batch + 1, 2048, policy, optimizer_offload)]
+    # ... and its device-saving twin at that batch: does not fit where the offloading policy does
+    for offload, device in OFFLOAD_TWINS:
+        if (offload, False) in LARGEST_FOUND:
+            grid.append(Step(4, LARGEST_FOUND[(offload, False)], 2048, device))
+    # the Pallas TPU flash attention (models.flash.pallas_attention), its context saved or offloaded by name
+    for batch, seq in ((8, 2048), (2, 8192)):
+        for policy in ("full", "minimal", "context_device", "context_offload", "qkv_offload"):
+            grid.append(Step(4, batch, seq, policy, flash_kernel="fused", subset=(seq, policy) == (2048, "minimal")))
+    return list({step.key: step for step in grid}.values())  # once each (minimal at B 12 is named twice)
 
 
+# (policy, optimizer offload) -> the largest batch XLA:TPU fits at L4, S 2048: searched with libtpu's
+# compile-only v5e (``--compile-only --largest``, stored in measured_compile_only.json), run on the chip
+LARGEST = (("minimal_offloaded", False), ("full", False), ("minimal", False), ("qkv_offload", False),
+           ("mlp_offload", False), ("full", True))
+LARGEST_FOUND: dict[tuple[str, bool], int] = {("minimal_offloaded", False): 29, ("full", False): 33, ("minimal", False): 11,
+                                               ("qkv_offload", False): 33, ("mlp_offload", False): 28}
+OFFLOAD_TWINS = (("minimal_offloaded", "minimal"), ("qkv_offload", "qkv_device"), ("mlp_offload", "mlp_device"),
+                 ("context_offload", "context_device"))
+# steps whose profiler trace is reduced per op (--trace): one per policy class at L4, B 8, S 2048
+TRACED = ("L4-B8-S2048-full", "L4-B8-S2048-minimal", "L4-B8-S2048-qkv_offload", "L4-B8-S2048-mlp_offload",
+          "L4-B8-S2048-context_offload", "L4-B8-S2048-minimal_offloaded", "L4-B8-S2048-full+opt_offload",
+          "L4-B8-S2048-minimal_offloaded+maxtext_host_offload", "L4-B8-S2048-context_offload+pallas")
 GRID = _grid()
 
 
 # What the first chip session (2026-12-06, source dd9fc3c59882fee7) recorded differently, said with the result.
+FIRST_RUN_COMMIT = "cc9c614ae3313387ed3ff68b48ddb9fc55e4470a"
 FIRST_RUN_DEFAULTS = {"flash_kernel": "jax"}
 FIRST_RUN_NOTES = (
     "attention: every step ran the lab's blockwise flash kernel (models/flash.py), not the Pallas TPU kernel: the "
@@ -141,6 +170,21 @@ FIRST_RUN_NOTES = (
     "(notebook 07)",
     "not reached in the session's 30 chip minutes: the grid from S 8192's qkv_offload on (S 16K-32K, depth 2 and 8), "
     "the does-not-fit / offloaded-fits pairs, the largest batch per policy and the A/B checks",
+)
+# What the second chip session (2026-12-06, source 18ca3521819e2460, on commit f80475e with this file's grid) did.
+SECOND_RUN_NOTES = (
+    "second session: the grid from S 8192's qkv_offload on (the lab's blockwise kernel, as the first session's steps), "
+    "ten steps with the Pallas TPU flash attention ('+pallas'), each LARGEST policy at its largest batch and one "
+    "beyond (searched with libtpu's compile-only v5e: measured_compile_only.json 'largest'; full with optimizer "
+    "offload, B 37, was searched but not run: no chip time left), the device twins at the offloading policies' "
+    "largest batches, traces of the TRACED steps (a second process: their spread crosses the two sessions), a third "
+    "process for three steps, three of the four A/B pairs (minimal_offloaded against minimal was cut by the call's "
+    "limit)",
+    "memory probe: bytes_reserved after a program ran equalled its known temporary to the byte (2, 4 and 8 GiB): the "
+    "runtime reserves a loaded program's temporaries; a step's footprint is bytes_in_use + bytes_reserved "
+    "(measure.runtime_footprint). No filler bisection: past the limit the runtime waits",
+    "kernels.link: the round trip inside one program (device -> pinned-host temporary -> device), its trace split by "
+    "direction: d2h and h2d per transfer, the link as an offloading step sees it",
 )
 
 
@@ -169,10 +213,6 @@ def ab_step(step: Step, twin: str) -> dict:
     return {"key": step.key, "twin": twin, **result.to_dict()}
 
 
-LARGEST = (("minimal_offloaded", False), ("full", False), ("minimal", False), ("qkv_offload", False),
-           ("mlp_offload", False), ("full", True))  # (policy, optimizer offload) at L4, S 2048
-
-
 def _fits(step: Step, placement) -> tuple[bool, int]:
     """XLA:TPU's verdict on ``step`` and its compiled peak (or the bytes it needed)."""
     trainer = trainer_of(step)
@@ -182,7 +222,7 @@ def _fits(step: Step, placement) -> tuple[bool, int]:
                                   host_arguments=abstract.host_arguments(trainer.state))
     except compiler.DoesNotFit as err:
         return False, err.needed_bytes
-    return True, report.device.peak_bytes
+    return report.fits, report.device.peak_bytes  # XLA:TPU may compile a peak over usable HBM: not a fit
 
 
 def largest_batch(policy: str, optimizer_offload: bool, placement, start: int = 8) -> tuple[int, list[dict]]:
@@ -214,26 +254,6 @@ def largest_batch(policy: str, optimizer_offload: bool, placement, start: int = 
     return batch, tried
 
 
-def run_largest(args, placement, trace_root, rows: list, save) -> None:
-    for policy, optimizer_offload in LARGEST[args.start:args.start + args.count]:
-        started = time.perf_counter()
-        batch, tried = largest_batch(policy, optimizer_offload, placement)
-        step = Step(4, batch, 2048, policy, optimizer_offload, probe=True)
-        record = measure_step(step, placement, steps=args.steps, warmup=args.warmup, probe=args.probe,
-                              trace_dir=trace_root)
-        beyond = Step(4, batch + 1, 2048, policy, optimizer_offload)
-        over = next(t for t in tried if t["batch"] == batch + 1)
-        rows.append({**record, "largest_batch": {"policy": policy, "optimizer_offload": optimizer_offload,
-                                                 "batch": batch, "tried": tried}})
-        rows.append({"key": beyond.key, "step": dataclasses.asdict(beyond), "compile": {"needed_bytes": over["bytes"]},
-                     "verdict": measure.Verdict("does_not_fit", "compile", "XLA:TPU refused (largest-batch search)",
-                                                over["bytes"]).to_dict()})
-        print(f"largest {policy}{'+opt' if optimizer_offload else ''}: B={batch} "
-              f"({len(tried)} compiles, {time.perf_counter() - started:.0f} s) {record['verdict']['status']} "
-              f"{record.get('timing', {}).get('median', float('nan')) * 1e3:.1f} ms", flush=True)
-        save()
-
-
 # ----------------------------------------------------------------------------- kernels
 
 
@@ -262,46 +282,55 @@ def kernels() -> dict:
     for mib in (64, 256, 1024):
         y = jnp.ones((mib, 2**20 // 2), jnp.bfloat16)
         on_host = jax.device_put(y, host)
-        d2h = _time(jax.jit(lambda v: v, out_shardings=host), y)
+        # the round trip inside one program, as an offloading step moves its residuals: out to a host
+        # temporary (S(5)) and back; its trace splits the time by direction (measure.read_trace)
+        trip = jax.jit(lambda v: jax.device_put(jax.device_put(v, jax.memory.Space.Host), jax.memory.Space.Device) + 1)
+        round_trip = _time(trip, y)
         h2d = _time(jax.jit(lambda v: v, out_shardings=dev), on_host)
-        both = _time(jax.jit(lambda v, w: (v, w), out_shardings=(host, dev)), y, on_host)
-        out["link"][str(mib)] = {"bytes": y.nbytes, "d2h_seconds": d2h, "h2d_seconds": h2d, "both_seconds": both,
-                                 "d2h_bytes_per_s": y.nbytes / d2h, "h2d_bytes_per_s": y.nbytes / h2d,
-                                 "both_bytes_per_s": 2 * y.nbytes / both}
+        row = {"bytes": y.nbytes, "round_trip_seconds": round_trip, "h2d_seconds": h2d,
+               "h2d_bytes_per_s": y.nbytes / h2d, "round_trip_bytes_per_s": 2 * y.nbytes / round_trip}
+        try:
+            traced = measure.read_trace(measure.trace_call(trip, (y,), tempfile.mkdtemp(), calls=3))
+            row["trace"] = {k: v for k, v in traced.to_dict(top=8).items() if k != "plane"}
+        except Exception as err:  # noqa: BLE001 - the timing stands without the trace
+            row["trace_error"] = f"{type(err).__name__}: {str(err)[:300]}"
+        out["link"][str(mib)] = row
         del y, on_host
     # a transfer beside compute: does the link run while the MXUs do (the overlap offload relies on)?
     a = jax.random.normal(key, (8192, 8192), jnp.bfloat16)
     y = jnp.ones((1024, 2**20 // 2), jnp.bfloat16)
     chain = jax.jit(lambda p: jax.lax.fori_loop(0, 8, lambda i, c: (c @ p) * 0.01, p))
     alone = _time(chain, a)
-    beside = _time(jax.jit(lambda p, v: (jax.lax.fori_loop(0, 8, lambda i, c: (c @ p) * 0.01, p), v),
-                           out_shardings=(dev, host)), a, y)
-    out["overlap"] = {"compute_seconds": alone, "compute_and_d2h_seconds": beside, "d2h_bytes": y.nbytes,
-                      "d2h_alone_seconds": out["link"]["1024"]["d2h_seconds"]}
+    trip = jax.jit(lambda v: jax.device_put(jax.device_put(v, jax.memory.Space.Host), jax.memory.Space.Device) + 1)
+    beside = _time(jax.jit(lambda p, v: (jax.lax.fori_loop(0, 8, lambda i, c: (c @ p) * 0.01, p), trip(v))), a, y)
+    out["overlap"] = {"compute_seconds": alone, "compute_and_round_trip_seconds": beside, "bytes": y.nbytes,
+                      "round_trip_alone_seconds": out["link"]["1024"]["round_trip_seconds"]}
     return out
 
 
 def memory_probe() -> dict:
-    """Which memory statistic sees a program's temporaries: one program with a known temporary (an
-    optimization barrier keeps a 4 GiB intermediate alive), its runtime counters, and its footprint by filler."""
+    """Which memory statistic sees a program's temporaries: programs with a known temporary (an optimization
+    barrier keeps a 2, 4 or 8 GiB intermediate alive) and the runtime's counters after each. No filler: past
+    the HBM limit the TPU runtime waits instead of raising (the first session's bisection hung)."""
     device = jax.local_devices()[0]
     x = jnp.ones((512, 1024, 1024), jnp.float32)  # 2 GiB argument
+    rows = []
+    for copies in (1, 2, 4):
 
-    @jax.jit
-    def known(v):
-        t = jax.lax.optimization_barrier(jnp.concatenate([v, v]) * 2.0)  # 4 GiB temporary
-        return jnp.sum(t)
+        @jax.jit
+        def known(v, copies=copies):
+            t = jax.lax.optimization_barrier(jnp.concatenate([v] * copies) * 2.0)  # copies x 2 GiB
+            return jnp.sum(t)
 
-    compiled = known.lower(x).compile()
-    stats = compiled.memory_analysis()
-    before = measure.memory_stats(device)
-    jax.block_until_ready(compiled(x))
-    after = measure.memory_stats(device)
-    limit = after.get("bytes_limit", 0)
-    peak = measure.peak_by_filler(lambda: compiled(x), limit, resolution=32 * 2**20)
-    return {"argument_bytes": int(stats.argument_size_in_bytes), "temp_bytes": int(stats.temp_size_in_bytes),
-            "output_bytes": int(stats.output_size_in_bytes), "stats_before": before, "stats_after": after,
-            "filler_peak": peak.to_dict(), "argument_resident_bytes": x.nbytes}
+        compiled = known.lower(x).compile()
+        stats = compiled.memory_analysis()
+        jax.block_until_ready(compiled(x))
+        rows.append({"known_temp_bytes": copies * x.nbytes, "argument_bytes": int(stats.argument_size_in_bytes),
+                     "temp_bytes": int(stats.temp_size_in_bytes), "output_bytes": int(stats.output_size_in_bytes),
+                     "stats_after": measure.memory_stats(device)})
+        del compiled
+        gc.collect()
+    return {"argument_resident_bytes": x.nbytes, "programs": rows}
 
 
 # ----------------------------------------------------------------------------- parts
@@ -359,20 +388,18 @@ def run_part(args) -> dict:
         return out
     placement = compiler.place(targets.target(TARGET))
     trace_root = os.path.join(args.out, "traces") if args.trace else None
-    if args.part == "largest":
-        out["steps"] = []
-        run_largest(args, placement, trace_root, out["steps"], lambda: save(args, out))
-        return out
     grid = [s for s in GRID if s.subset] if args.subset else GRID
     if args.only:
         grid = [s for s in grid if any(word in s.key for word in args.only)]
+    if args.traced:
+        grid = [s for s in grid if s.key in TRACED]
     grid = grid[args.start:]
     steps_out = out["steps"] = []
     for step in grid:
         started = time.perf_counter()
         try:
-            record = measure_step(step, placement, steps=args.steps, warmup=args.warmup,
-                                  probe=args.probe and step.probe, trace_dir=trace_root)
+            record = measure_step(step, placement, steps=args.steps, warmup=args.warmup, probe=args.probe and step.probe,
+                                  trace_dir=trace_root if step.key in TRACED else None)
         except Exception as err:  # noqa: BLE001 - one step's failure is recorded; the rest of the grid runs
             record = {"key": step.key, "step": dataclasses.asdict(step),
                       "verdict": {"status": "error", "stage": "", "message": f"{type(err).__name__}: {str(err)[:500]}"}}
@@ -390,61 +417,73 @@ AB_PAIRS = (("qkv_offload", "qkv_device"), ("mlp_offload", "mlp_device"), ("cont
             ("minimal_offloaded", "minimal"))
 
 
-def compile_only(flash_kernel: str, only: list[str] | None) -> dict:
-    """Every grid step compiled here with libtpu's compile-only v5e (no chip): the verdicts the chip is held to."""
+def compile_only(only: list[str] | None, largest: bool) -> dict:
+    """Every grid step compiled here with libtpu's compile-only v5e (no chip): the verdicts the chip is held
+    to; with ``largest``, each ``LARGEST`` policy's largest batch searched (the grid's boundary steps)."""
     placement = compiler.place(targets.target(TARGET))
     rows = []
+    searched = []
+    if largest:
+        for policy, optimizer_offload in LARGEST:
+            batch, tried = largest_batch(policy, optimizer_offload, placement)
+            searched.append({"policy": policy, "optimizer_offload": optimizer_offload, "batch": batch, "tried": tried})
+            print(f"largest {policy}{'+opt_offload' if optimizer_offload else ''}: B={batch} "
+                  f"({', '.join('%d:%.2f' % (t['batch'], t['bytes'] / 2**30) for t in tried)})", flush=True)
     for step in GRID:
-        if only and not any(word in step.key for word in only):
+        if only is not None and not any(word in step.key for word in only):
             continue
-        step = dataclasses.replace(step, flash_kernel=flash_kernel)
         trainer = trainer_of(step)
         abstract = train.abstract_state(trainer, placement, step.batch, step.seq)
         try:
             report = compiler.compile(trainer.jit_step(), *abstract.arguments(), placement=placement, flags=step.flags,
                                       host_arguments=abstract.host_arguments(trainer.state),
                                       workload=train.workload(trainer.cfg, 1, step.batch, step.seq))
-            rows.append({"key": step.key, "fits": True, **measure.compile_record(report)})
+            rows.append({"key": step.key, "compiled": True, **measure.compile_record(report), "fits": report.fits})
         except compiler.DoesNotFit as err:
-            rows.append({"key": step.key, "fits": False, **err.to_dict()})
+            rows.append({"key": step.key, "compiled": False, **err.to_dict()})
         row = rows[-1]
-        print(f"{step.key:55} {'fits' if row['fits'] else 'DOES NOT FIT':13} "
+        print(f"{step.key:55} {'fits' if row['fits'] else 'over the limit' if row['compiled'] else 'refused':14} "
               f"{row.get('peak_bytes', row.get('needed_bytes', 0)) / 2**30:6.2f} GiB", flush=True)
-    return {"target": TARGET, "libtpu": libtpu.version(), "flash_kernel": flash_kernel, "steps": rows}
+    return {"target": TARGET, "libtpu": libtpu.version(), "steps": rows, "largest": searched}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("kernels", "grid", "largest", "ab"))
+    parser.add_argument("--part", choices=("kernels", "grid", "ab"))
     parser.add_argument("--out", default=None, help="folder for this part's JSON (and traces)")
     parser.add_argument("--process", type=int, default=1)
     parser.add_argument("--start", type=int, default=0, help="skip the first N steps of the selection (resume)")
-    parser.add_argument("--count", type=int, default=len(LARGEST), help="largest: this many policies")
+    parser.add_argument("--count", type=int, default=len(AB_PAIRS), help="ab: this many pairs")
     parser.add_argument("--subset", action="store_true", help="only the steps repeated for the spread")
     parser.add_argument("--only", nargs="*", default=None, help="only steps whose key contains one of these words")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--probe", action="store_true")
-    parser.add_argument("--trace", action="store_true")
+    parser.add_argument("--trace", action="store_true", help="trace the steps in TRACED")
+    parser.add_argument("--traced", action="store_true", help="only the steps in TRACED")
     parser.add_argument("--cache", default=None, help="JAX's persistent compilation cache folder")
     parser.add_argument("--compile-only", action="store_true")
-    parser.add_argument("--flash-kernel", default="fused", choices=("fused", "jax"), help="compile-only: the attention")
+    parser.add_argument("--largest", action="store_true", help="compile-only: search each LARGEST policy's batch")
     parser.add_argument("--merge", nargs="*", default=None)
-    parser.add_argument("--first-run", action="store_true", help="the parts of the first chip session (2026-12-06)")
     args = parser.parse_args()
-    if args.compile_only:
-        _common.write("measured_compile_only", {"stamp": results.stamp(), **compile_only(args.flash_kernel, args.only)})
+    if args.compile_only:  # rows compiled now replace the stored ones of the same step; the rest are kept
+        stored = json.loads(COMPILE_ONLY.read_text()) if COMPILE_ONLY.exists() else {"steps": [], "largest": []}
+        fresh = compile_only(args.only, args.largest)
+        rows = {row["key"]: row for row in stored["steps"] + fresh["steps"]}
+        order = [s.key for s in GRID]
+        fresh["steps"] = sorted(rows.values(), key=lambda r: order.index(r["key"]) if r["key"] in order else len(order))
+        fresh["largest"] = fresh["largest"] or stored.get("largest", [])
+        _common.write("measured_compile_only", {"stamp": results.stamp(), **fresh})
         return
     if args.merge is not None:
         from companion import measured
 
         parts = [json.loads(Path(p).read_text()) for p in args.merge]
-        if args.first_run:  # its trace reductions are the faulty first ones (FIRST_RUN_NOTES)
-            for part in parts:
+        for part in parts:  # the first session's trace reductions are the faulty first ones (FIRST_RUN_NOTES)
+            if part["environment"]["commit"] == FIRST_RUN_COMMIT:
                 for record in part.get("steps", []):
                     record.pop("trace", None)
-        _common.write("measured", measured.merge(parts, FIRST_RUN_DEFAULTS if args.first_run else None,
-                                                 FIRST_RUN_NOTES if args.first_run else ()))
+        _common.write("measured", measured.merge(parts, FIRST_RUN_DEFAULTS, FIRST_RUN_NOTES + SECOND_RUN_NOTES))
         return
     out = run_part(args)
     save(args, out)

@@ -627,12 +627,15 @@ def _measure(args) -> int:
         c = record["compile"]
         print(f"  compiled peak {c['peak_bytes'] / targets.GiB:.2f} GiB of {c['usable_hbm_bytes'] / targets.GiB:.2f}; "
               f"host {c['host_bytes'] / targets.GiB:.2f} GiB")
+    if record.get("runtime_footprint"):
+        print(f"  runtime footprint {record['runtime_footprint'] / targets.GiB:.2f} GiB "
+              "(buffers in use + the program's reservation)")
     if "filler_peak" in record:
         print(f"  footprint by filler {record['filler_peak']['footprint_bytes'] / targets.GiB:.2f} GiB")
     if "trace" in record:
         t = record["trace"]
-        print(f"  trace: device busy {t['busy_seconds'] * 1e3:.1f} ms, host transfers {t['async_seconds'] * 1e3:.1f} ms "
-              f"({t['overlap']:.0%} beside compute)")
+        print(f"  trace: device busy {t['busy_seconds'] * 1e3:.1f} ms, waiting on async ops {t['wait_seconds'] * 1e3:.1f} ms, "
+              f"host transfers in flight {sum(t['transfer_seconds'].values()) * 1e3:.1f} ms ({t['overlap']:.0%} beside compute)")
     return 0
 
 
@@ -744,7 +747,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=5, help="timed calls after the warm-up")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls first")
     p.add_argument("--processes", type=int, default=1, help="repeat in this many separate processes: the spread")
-    p.add_argument("--footprint", action="store_true", help="also bisect the real footprint with a filler array")
+    p.add_argument("--footprint", action="store_true", help="also bisect the real footprint with a filler array (hangs on a TPU: its runtime waits past the limit)")
     p.add_argument("--trace", metavar="DIR", default=None, help="also trace one call with jax.profiler into DIR")
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.set_defaults(run=_measure)

@@ -167,6 +167,19 @@ def memory_stats(device=None) -> dict[str, int]:
     return dict(device.memory_stats() or {})
 
 
+def runtime_footprint(stats: dict[str, int]) -> int | None:
+    """A step's device footprint as the TPU runtime holds it, from ``memory_stats()`` after the step ran:
+    the buffers in use (parameters, optimizer state, batch, outputs) plus ``bytes_reserved``, the
+    reservation the runtime makes for the loaded program's temporaries. ``peak_bytes_in_use`` does not see
+    temporaries (it stayed at the arguments' bytes for every step of the first chip session); on the chip
+    ``bytes_reserved`` equalled a known temporary to the byte (2, 4 and 8 GiB kept alive by an
+    optimization barrier: ``benchmarks/bench_measured.py``'s memory probe, stored in measured.json). None
+    where the runtime keeps no reservation counter (CPU; GPU allocators report none)."""
+    if "bytes_reserved" not in stats or "bytes_in_use" not in stats:
+        return None
+    return stats["bytes_in_use"] + stats["bytes_reserved"]
+
+
 @dataclasses.dataclass(frozen=True)
 class FillerPeak:
     """A step's real device footprint, bisected with a filler array (``peak_by_filler``)."""
@@ -243,6 +256,12 @@ def trace_call(fn: Callable, args: tuple, folder: str, calls: int = 1) -> str:
 CONTAINERS = ("while", "conditional", "call")  # their events span the ops they run: not work of their own
 
 
+def is_wait(opcode: str) -> bool:
+    """An async op's ``*-done`` (``async-done``, ``copy-done``, ...): its event is the core waiting for the
+    async work to finish: the part of a transfer the step did not hide, not work of its own."""
+    return opcode.endswith("-done")
+
+
 @dataclasses.dataclass(frozen=True)
 class TraceEvent:
     """One device event of a trace: the HLO instruction it ran (parsed from the event's name, which is the
@@ -297,13 +316,14 @@ class OpTrace:
     plane: str
     steps: int  # executions of the traced module
     span_seconds: float  # the module's executions, end to end
-    busy_seconds: float  # the union of the leaf ops' events (the cores computing or copying)
+    busy_seconds: float  # the union of the leaf ops' events, waits left out (the cores computing or copying)
+    wait_seconds: float  # the union of the ``*-done`` events beyond busy: the cores waiting on async work
     op_seconds: dict[str, float]  # leaf op name -> seconds over the trace
     class_seconds: dict[str, float]  # op class (``TraceEvent.op_class``) -> seconds, leaf ops and host transfers
     transfer_seconds: dict[str, float]  # d2h | h2d -> the union of that direction's transfers in flight
     transfer_bytes: dict[str, int]
     transfer_rates: dict[str, float]  # d2h | h2d -> bytes/s: the median over transfers of bytes / time in flight
-    overlap_seconds: float  # of all host transfers in flight, the time leaf compute ran beside
+    overlap_seconds: float  # of all host transfers in flight, the time leaf compute (waits left out) ran beside
 
     @property
     def transfers_in_flight(self) -> float:
@@ -320,7 +340,8 @@ class OpTrace:
 
     def to_dict(self, top: int = 40) -> dict:
         return {"plane": self.plane, "steps": self.steps, "span_seconds": self.span_seconds,
-                "busy_seconds": self.busy_seconds, "class_seconds": dict(self.class_seconds),
+                "busy_seconds": self.busy_seconds, "wait_seconds": self.wait_seconds,
+                "class_seconds": dict(self.class_seconds),
                 "transfer_seconds": dict(self.transfer_seconds), "transfer_bytes": dict(self.transfer_bytes),
                 "transfer_rates": dict(self.transfer_rates), "overlap_seconds": self.overlap_seconds,
                 "overlap": self.overlap, "ops": len(self.op_seconds),
@@ -381,7 +402,8 @@ def read_trace(path_or_bytes: str | bytes) -> OpTrace:
     """A ``jax.profiler`` trace reduced (see ``OpTrace``)."""
     plane, steps, span, ops, asyncs = trace_events(path_or_bytes)
     leaves = [e for e in ops if e.opcode not in CONTAINERS]
-    busy = _union([(e.start_ns, e.end_ns) for e in leaves])
+    busy = _union([(e.start_ns, e.end_ns) for e in leaves if not is_wait(e.opcode)])
+    waits = _union([(e.start_ns, e.end_ns) for e in leaves if is_wait(e.opcode)])
     op_seconds: dict[str, float] = defaultdict(float)
     class_seconds: dict[str, float] = defaultdict(float)
     for e in leaves:
@@ -398,8 +420,8 @@ def read_trace(path_or_bytes: str | bytes) -> OpTrace:
         rates[direction] = statistics.median(e.host_bytes / e.seconds for e in mine if e.seconds > 0)
         class_seconds[f"host_{direction}"] += sum(e.seconds for e in mine)
     overlap = _intersection(_union([(e.start_ns, e.end_ns) for e in transfers]), busy) / 1e9
-    return OpTrace(plane, steps, span, _length(busy) / 1e9, dict(op_seconds), dict(class_seconds), in_flight, moved,
-                   rates, overlap)
+    return OpTrace(plane, steps, span, _length(busy) / 1e9, (_length(waits) - _intersection(waits, busy)) / 1e9,
+                   dict(op_seconds), dict(class_seconds), in_flight, moved, rates, overlap)
 
 
 # ----------------------------------------------------------------------------- A/B
@@ -498,8 +520,9 @@ def train_step(trainer: train.Trainer, placement: compiler.Placement, batch: int
         if not is_out_of_memory(err):
             raise
         return {**record, "verdict": verdict_of(err, "execute").to_dict()}
+    after = memory_stats()
     record.update(verdict=Verdict("runs").to_dict(), timing=timing.to_dict(), loss=float(out[2]["loss"]),
-                  memory_stats_before=before, memory_stats_after=memory_stats())
+                  memory_stats_before=before, memory_stats_after=after, runtime_footprint=runtime_footprint(after))
     del out
     if trace_dir:
         try:

@@ -3,8 +3,9 @@
 ``benchmarks/bench_measured.py`` runs the lab's steps on the lent TPU v5e in parts (kernels, the grid in
 one process, a subset of it again in separate processes); ``merge`` joins the parts into one record per
 step: XLA:TPU's verdict and memory analysis on the chip, the timed calls of the first process, every
-process's median and the run-to-run spread across them, the runtime's counters, the footprint bisected
-with a filler, the reduced profiler trace; with the kernel microbenchmarks and the A/B checks beside.
+process's median and the run-to-run spread across them, the runtime's counters and the footprint they
+give (``measure.runtime_footprint``), the reduced profiler trace; with the kernel microbenchmarks, the
+memory probe and the A/B checks beside.
 ``load`` reads it back as ``Measurements`` for tests and notebook 07, which have no chip.
 
 The stored file carries the measuring run's environment (device kind, jax, jaxlib, libtpu, the lab's
@@ -16,6 +17,7 @@ it makes the comparison with a *new* prediction the thing to redo.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import statistics
 from pathlib import Path
@@ -28,28 +30,36 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "meas
 def merge(parts: list[dict], step_defaults: dict | None = None, notes: tuple[str, ...] = ()) -> dict:
     """One measured record from the parts ``bench_measured.py`` wrote (any order): the first grid
     process's record of each step, with every process's median and their spread. ``step_defaults`` fill
-    step fields a part's code did not yet record (said in ``notes``, stored with the result)."""
+    step fields a part's code did not yet record (said in ``notes``, stored with the result); the kernels are
+    the newest kernels part's; a step's trace is kept from whichever process traced it."""
     grids = sorted((p for p in parts if p.get("part") in ("grid", "largest")), key=lambda p: p.get("process", 1))
-    kernels = next((p for p in parts if p.get("part") == "kernels"), {})
+    kernels = max((p for p in parts if p.get("part") == "kernels"), key=lambda p: p["environment"]["date"], default={})
     if not grids:
         raise ValueError("merge needs at least one grid part (bench_measured.py --part grid)")
     steps: dict[str, dict] = {}
-    medians: dict[str, dict[int, float]] = {}
+    medians: dict[str, dict[str, float]] = {}
     for part in grids:
+        session = part["environment"]["stamp"]["companion_source"][:8]  # a process is one of a session's
         for record in part.get("steps", []):
             key = record["key"]
             if "timing" in record:
-                medians.setdefault(key, {})[part.get("process", 1)] = record["timing"]["median"]
+                medians.setdefault(key, {})[f"{session}/{part.get('process', 1)}"] = record["timing"]["median"]
             if key not in steps or ("timing" not in steps[key] and "timing" in record):
-                steps[key] = dict(record)
+                steps[key] = {**dict(record), **({"trace": steps[key]["trace"]} if "trace" in steps.get(key, {}) else {})}
+            elif "trace" in record and "trace" not in steps[key]:  # traced in a later process
+                steps[key]["trace"] = record["trace"]
     for key, record in steps.items():
         record["step"] = {**(step_defaults or {}), **record["step"]}
         record.pop("trace_file", None)  # a path on the measuring machine
         by_process = medians.get(key, {})
-        record["process_medians"] = {str(k): v for k, v in sorted(by_process.items())}
+        record["process_medians"] = dict(sorted(by_process.items()))
         record["spread"] = measure.spread(list(by_process.values())) if len(by_process) >= 2 else None
     ab = [row for part in parts for row in part.get("ab", [])]
-    return {"environment": grids[0]["environment"], "notes": list(notes), "kernels": kernels.get("kernels"),
+    sessions: dict[str, dict] = {}  # each session's environment as its first part recorded it
+    for part in sorted(parts, key=lambda p: p["environment"]["date"]):
+        sessions.setdefault(part["environment"]["stamp"]["companion_source"], part["environment"])
+    return {"environment": grids[0]["environment"], "sessions": sorted(sessions.values(), key=lambda e: e["date"]),
+            "notes": list(notes), "kernels": kernels.get("kernels"),
             "memory_probe": kernels.get("memory_probe"), "steps": list(steps.values()), "ab": ab}
 
 
@@ -70,25 +80,26 @@ class MeasuredStep:
     spread: float | None  # across processes, where repeated
     compiled_peak_bytes: int | None  # XLA:TPU's memory analysis on the chip
     needed_bytes: int | None  # what XLA:TPU said it needed when it refused
-    footprint_bytes: int | None  # bisected with a filler, where probed
+    footprint_bytes: int | None  # the runtime's buffers in use + the program's reservation after the step ran
     host_bytes: int | None
     record: dict = dataclasses.field(repr=False, compare=False)
 
     @classmethod
     def from_record(cls, record: dict) -> "MeasuredStep":
         step, compiled = record["step"], record.get("compile", {})
-        probe = record.get("filler_peak") or {}
+        footprint = measure.runtime_footprint(record.get("memory_stats_after") or {})
         return cls(record["key"], step["layers"], step["batch"], step["seq"], step["policy"],
                    step["optimizer_offload"], step["flags"], step.get("flash_kernel", "fused"),
                    record["verdict"]["status"] == "runs",
                    record.get("timing", {}).get("median"), record.get("spread"), compiled.get("peak_bytes"),
-                   compiled.get("needed_bytes") or record["verdict"].get("needed_bytes"), probe.get("footprint_bytes"),
+                   compiled.get("needed_bytes") or record["verdict"].get("needed_bytes"), footprint,
                    compiled.get("host_bytes"), record)
 
 
 @dataclasses.dataclass(frozen=True)
 class Measurements:
-    environment: dict
+    environment: dict  # the first session's
+    sessions: tuple[dict, ...]  # each session's environment (device kind, versions, source, commit, date)
     notes: tuple[str, ...]
     steps: tuple[MeasuredStep, ...]
     kernels: dict | None
@@ -113,9 +124,16 @@ class Measurements:
         return statistics.median(values) if values else float("nan")
 
 
+def held_out(key: str) -> bool:
+    """The split of the measured grid, fixed before the simulator was first held against it: a step whose
+    key's SHA-256 is odd is held out (only ever reported), the others may inform modelling choices. A
+    pair is held out when either of its steps is."""
+    return int(hashlib.sha256(key.encode()).hexdigest(), 16) % 2 == 1
+
+
 def load(path: str | Path = RESULTS) -> Measurements:
     data = json.loads(Path(path).read_text())
-    return Measurements(data["environment"], tuple(data.get("notes", ())),
+    return Measurements(data["environment"], tuple(data.get("sessions", [data["environment"]])), tuple(data.get("notes", ())),
                         tuple(MeasuredStep.from_record(r) for r in data["steps"]),
                         data.get("kernels"), data.get("memory_probe"), tuple(data.get("ab", [])))
 
@@ -131,7 +149,7 @@ class Agreement:
     key: str
     chip_fits: bool
     here_fits: bool
-    chip_peak_bytes: int | None
+    chip_peak_bytes: int | None  # the compiled peak (or, refused, the bytes XLA:TPU said it needed)
     here_peak_bytes: int | None
 
     @property
@@ -148,5 +166,6 @@ class Agreement:
 def compile_agreement(m: Measurements, compile_only: str | Path = COMPILE_ONLY) -> list[Agreement]:
     """Every measured step that was also compiled here, chip against compile-only."""
     here = {row["key"]: row for row in json.loads(Path(compile_only).read_text())["steps"]}
-    return [Agreement(s.key, s.runs, here[s.key]["fits"], s.compiled_peak_bytes, here[s.key].get("peak_bytes"))
+    return [Agreement(s.key, s.runs, here[s.key]["fits"], s.compiled_peak_bytes or s.needed_bytes,
+                      here[s.key].get("peak_bytes") or here[s.key].get("needed_bytes"))
             for s in m.steps if s.key in here]

@@ -93,7 +93,8 @@ class CostModel:
     2026-12-05 before the simulator was first held against published step times
     (``benchmarks/bench_calibration.py``; none is fitted to those runs):
 
-    * ``matmul_efficiency``: None takes the GPU generation's (``MATMUL_EFFICIENCY``, with its sources).
+    * ``matmul_efficiency``: None takes the accelerator's (``MATMUL_EFFICIENCY``: a GPU generation's, a TPU
+      chip's; with their sources).
     * ``attention_efficiency`` 0.5 for fused attention kernels (cuDNN's ``__cudnn$fmha``), of the dense
       peak, counting a causal kernel's FLOPs as half a full one's (as ``hlo`` does): cuDNN's causal
       head-dim-128 kernels at S = 4096 on H100 run the forward at 518 and the backward at 499 TFLOP/s
@@ -103,10 +104,10 @@ class CostModel:
     * ``grouped_efficiency`` / ``grouped_wgrad_efficiency``: a grouped GEMM's share of the dense
       bf16 peak (the MoE stand-in's passes, ``hlo.grouped_gemm``); None takes the GPU generation's
       (``GROUPED_GEMM_EFFICIENCY``, with its sources).
-    * ``hbm_efficiency`` 0.85 of the datasheet HBM bandwidth for memory-bound kernels (streaming
-      copies reach 85-90 %).
-    * ``kernel_gap_seconds`` 2 µs between kernels on the compute stream (launch and tail; MaxText's
-      GPU flags turn CUDA-graph command buffers off). An assumption.
+    * ``hbm_efficiency``: None takes the accelerator's share of its datasheet HBM bandwidth for
+      memory-bound kernels (``HBM_EFFICIENCY``).
+    * ``kernel_gap_seconds``: None takes the accelerator's gap between kernels on the compute stream
+      (``KERNEL_GAP_SECONDS``).
     * ``collectives``: see ``companion.collectives``.
     * ``async_compute_limit``: None takes the compile's flag (XLA's default 2).
     * ``concurrent_gpus``: GPUs of the host link's sharing group that transfer at once; None is all
@@ -121,8 +122,8 @@ class CostModel:
     attention_efficiency: float = 0.5
     grouped_efficiency: float | None = None
     grouped_wgrad_efficiency: float | None = None
-    hbm_efficiency: float = 0.85
-    kernel_gap_seconds: float = 2e-6
+    hbm_efficiency: float | None = None
+    kernel_gap_seconds: float | None = None
     collectives: coll.CollectiveModel = coll.CollectiveModel()
     async_compute_limit: int | None = None
     concurrent_gpus: int | None = None
@@ -132,11 +133,12 @@ class CostModel:
         for field in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency", "grouped_efficiency",
                       "grouped_wgrad_efficiency"):
             value = getattr(self, field)
-            if value is None and field in ("matmul_efficiency", "grouped_efficiency", "grouped_wgrad_efficiency"):
+            if value is None and field != "attention_efficiency":
                 continue
             if not isinstance(value, (int, float)) or not 0 < value <= 1:
                 raise ValueError(f"{field} must be in (0, 1], got {value!r}")
-        if not isinstance(self.kernel_gap_seconds, (int, float)) or self.kernel_gap_seconds < 0:
+        if self.kernel_gap_seconds is not None and (not isinstance(self.kernel_gap_seconds, (int, float))
+                                                    or self.kernel_gap_seconds < 0):
             raise ValueError(f"kernel_gap_seconds must be >= 0, got {self.kernel_gap_seconds!r}")
         share = self.transfer_kernel_sm_share
         if share is not None and (not isinstance(share, (int, float)) or not 0 <= share <= 1):
@@ -148,9 +150,18 @@ class CostModel:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-    def matmul(self, gpu: targets.Gpu) -> float:
-        """cuBLAS's share of the dense peak on ``gpu`` (``matmul_efficiency``, else the generation's)."""
-        return self.matmul_efficiency or MATMUL_EFFICIENCY[gpu.architecture.name]
+    def matmul(self, accelerator: targets.Accelerator) -> float:
+        """A dense matmul's share of the peak (``matmul_efficiency``, else the accelerator's)."""
+        return self.matmul_efficiency or MATMUL_EFFICIENCY[accelerator.price_family]
+
+    def hbm(self, accelerator: targets.Accelerator) -> float:
+        """A memory-bound kernel's share of the datasheet HBM bandwidth."""
+        return self.hbm_efficiency or HBM_EFFICIENCY[accelerator.price_family]
+
+    def gap(self, accelerator: targets.Accelerator) -> float:
+        """Seconds between two kernels on the compute stream."""
+        return self.kernel_gap_seconds if self.kernel_gap_seconds is not None else (
+            KERNEL_GAP_SECONDS[accelerator.price_family])
 
     def kernel_sm_share(self, link: HostLink) -> float:
         """The share of the SMs a transfer kernel on ``link`` takes from compute beside it."""
@@ -171,7 +182,21 @@ class CostModel:
 # torch 2.7 + CUDA 12.6; H200 the same), 77.6 % on B200 and 72.9 % on GB200; cuBLAS 8192^3 on B200 1,610 TFLOP/s
 # (72 %, pyptx.dev); XLA's own matmul table prices the 8B layer's 481 GFLOP GEMM at 79 % on H100
 # (benchmarks/bench_target_config.py). Typical shapes sit a few points below the best: 0.75 and 0.70.
-MATMUL_EFFICIENCY = {"hopper": 0.75, "blackwell": 0.70}
+# TPU v5e: the lab's matmul microbenchmarks on the lent chip (benchmarks/results/measured.json, kernels.matmul;
+# bench_measured.py), each a jitted call of one bf16 matmul: time = 0.55 ms (the call's dispatch) + FLOPs / (197
+# TFLOP/s x e) fits 2048^3 and 8192^3 with e = 0.92, and 16384x2048x{2048,8192} within 8 % (the steps' matmuls are
+# of these sizes). From kernels only, never from the measured steps (notebook 07 holds the steps against it).
+MATMUL_EFFICIENCY = {"hopper": 0.75, "blackwell": 0.70, "tpu-v5e": 0.92}
+
+# A memory-bound kernel's share of the datasheet HBM bandwidth. GPUs: streaming copies reach 85-90 %. TPU v5e:
+# the lab's scale-and-add of 1 GiB on the chip (kernels.hbm_copy: 2 GiB read and written in 3.93 ms, less the
+# call's 0.55 ms dispatch) runs at 635 GB/s, 0.78 of 819.
+HBM_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.85, "tpu-v5e": 0.78}
+
+# Seconds between kernels on the compute stream. GPUs: 2 µs, launch and tail (MaxText's GPU flags turn
+# CUDA-graph command buffers off), an assumption. TPU: 0 — one compiled program's instruction stream, no
+# launches between its ops (an assumption: the chip's per-op gaps were not measured apart from the steps).
+KERNEL_GAP_SECONDS = {"hopper": 2e-6, "blackwell": 2e-6, "tpu-v5e": 0.0}
 
 # A bf16 grouped GEMM's achievable share of the dense peak, (fprop and dgrad, wgrad), per generation.
 # Hopper: NVIDIA/TransformerEngine PR #2045 (2025-08) measured TE's grouped GEMM on H100 at 554-651 TFLOP/s
@@ -224,14 +249,14 @@ def _compute_seconds(cost: hlo.OpCost, gpu: targets.Gpu, model: CostModel) -> fl
     else:
         efficiency = model.matmul(gpu)
     flops_time = cost.flops / (matmul_rate(gpu, cost.dtype) * efficiency) if cost.flops else 0.0
-    return max(flops_time, cost.bytes / (gpu.hbm_bandwidth * model.hbm_efficiency)) + model.kernel_gap_seconds
+    return max(flops_time, cost.bytes / (gpu.hbm_bandwidth * model.hbm(gpu))) + model.gap(gpu)
 
 
 def build_program(module: hlo.HloModule, target: Target, model: CostModel) -> dict[str, list[Op]]:
     """Each scheduled computation as a list of ``Op``s with their costs on ``target`` (a host
     transfer carries its bytes: its seconds depend on the link the replay is given)."""
     transfers = {t.name: t for t in hlo.offload_summary(module).transfers}
-    costs = {c.name: c for c in hlo.op_costs(module, set(transfers), target.gpu.architecture.grouped_gemm_tile_rows)}
+    costs = {c.name: c for c in hlo.op_costs(module, set(transfers), target.gpu.grouped_gemm_tile_rows)}
     scheduled = module.scheduled_computations
     return {name: [_op(module, instr, target, model, costs, transfers) for instr in comp.instructions]
             for name, comp in module.computations.items() if name in scheduled}  # module order: deterministic
@@ -667,8 +692,8 @@ class Simulator:
         target = self.target.with_link(link) if link is not None else self.target
         bandwidth = self.bandwidth(target.link)
         model = self.cost_model
-        sms = target.gpu.sm_count
-        sm_slowdown = sms / (sms - model.collectives.nccl_sms) if model.collectives.nccl_sms < sms else 1.0
+        sms = getattr(target.gpu, "sm_count", 0)  # a TPU runs no NCCL kernels on its cores
+        sm_slowdown = sms / (sms - model.collectives.nccl_sms) if 0 < model.collectives.nccl_sms < sms else 1.0
         shared = None
         if target.link.carries_nic_traffic:
             nic = (model.collectives.nic_per_gpu or coll.fabric(target.gpu.key).nic_per_gpu)
@@ -706,7 +731,7 @@ class Simulator:
 
     @functools.cached_property
     def flops(self) -> hlo.FlopSummary:
-        return hlo.flop_summary(self.module, self.target.gpu.architecture.grouped_gemm_tile_rows)
+        return hlo.flop_summary(self.module, self.target.gpu.grouped_gemm_tile_rows)
 
     @functools.cached_property
     def compute_by_class(self) -> tuple[dict[str, float], dict[str, float]]:

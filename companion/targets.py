@@ -215,15 +215,18 @@ HOST_LINKS: dict[str, HostLink] = {
             kernel_d2h=2 * 170 * GB, kernel_h2d=2 * 185 * GB, kernel_sources=_KERNEL_C2C),
         HostLink(
             "pcie_tpu_v5e", "PCIe (TPU v5e host)", nominal_per_direction=16 * GB,
-            achievable_d2h=15 * GB, achievable_h2d=15 * GB, gpus_per_link=1,
+            achievable_d2h=14.75 * GB, achievable_h2d=14.18 * GB, gpus_per_link=1,
             host_memory_bytes_per_s=100 * GB, gpus_per_host_memory=8,
             host_memory="the TPU VM's DRAM: 512 GiB per 8-chip host (48 GB on the 1-chip ct5lp-hightpu-1t)",
             sources=("Google Cloud TPU v5e page (docs.cloud.google.com/tpu/docs/v5e): 8 chips and 512 GiB DRAM per host; "
                      "VM types ct5lp-hightpu-1t/4t/8t",
-                     "jax-ml scaling book, 'How to think about TPUs': PCIe ~1.5e10 bytes/s per chip each way",),
-            assumption="Google states no host-link rate for v5e: the scaling book's ~15 GB/s each way is used until the "
-                       "lab's own measurement on the chip (benchmarks/results/measured.json, 'link') replaces it; the "
-                       "host DRAM rate behind 8 chips (100 GB/s) is assumed, not limiting at 15 GB/s x 8"),
+                     "jax-ml scaling book, 'How to think about TPUs': PCIe ~1.5e10 bytes/s per chip each way",
+                     "measured on the lent v5e (libtpu 0.0.42.1, 2026-12-06; benchmarks/results/measured.json, "
+                     "kernels.link): a program's round trip device -> pinned-host temporary -> device, traced: "
+                     "14.75 GB/s d2h and 14.18 GB/s h2d per transfer (64 MiB-1 GiB, within 0.1 %)",),
+            assumption="Google states no host-link rate for v5e: the rates are the lab's measurement on one chip of a "
+                       "1-chip VM (the scaling book's ~15 GB/s agrees); the host DRAM rate behind 8 chips (100 GB/s) "
+                       "is assumed, not limiting at 15 GB/s x 8"),
     )
 }
 
@@ -327,6 +330,15 @@ class Gpu:
     def tensor_clock_ghz(self) -> float:
         """The matrix-unit clock at which XLA's rate table gives the datasheet's dense bf16 peak."""
         return self.bf16_dense_flops / (2 * self.sm_count * self.architecture.bf16_ops_per_sm_per_clock() * 1e9)
+
+    @property
+    def price_family(self) -> str:
+        """The key of this accelerator's rows in the simulator's price tables (``schedule.PRICES``)."""
+        return self.architecture.name
+
+    @property
+    def grouped_gemm_tile_rows(self) -> int:
+        return self.architecture.grouped_gemm_tile_rows
 
     def matches_device_kind(self, device_kind: str) -> bool:
         return device_kind.strip().lower().startswith(self.device_kind.lower())
@@ -545,6 +557,11 @@ class Tpu:
     assumption: str = ""
     platform: str = "tpu"
     grouped_gemm_tile_rows: int = 128  # rows per tile of a grouped GEMM's expert (MXU width; unused on dense models)
+
+    @property
+    def price_family(self) -> str:
+        """The key of this chip's rows in the simulator's price tables (``schedule.PRICES``)."""
+        return self.key
 
     def matches_device_kind(self, device_kind: str) -> bool:
         return device_kind.strip().lower().startswith(self.device_kind.lower())

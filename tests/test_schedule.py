@@ -15,7 +15,7 @@ MB4 = N * N * 4
 
 
 def _fusion_seconds(nbytes: float) -> float:
-    return nbytes / (GPU.hbm_bandwidth * MODEL.hbm_efficiency) + MODEL.kernel_gap_seconds
+    return nbytes / (GPU.hbm_bandwidth * MODEL.hbm(GPU)) + MODEL.gap(GPU)
 
 
 def _bw(direction: str) -> float:
