@@ -166,8 +166,8 @@ FIRST_RUN_NOTES = (
     "HBM limit (the TPU runtime waits instead of raising); no footprint was measured. memory_stats()'s "
     "peak_bytes_in_use stayed at the arguments' 4.32 GiB for every step: it does not see a program's temporaries",
     "kernels.link: a jitted copy into a new pinned_host output allocates and pins host memory each call, so its "
-    "d2h rate (0.65-0.79 GB/s) is the allocation's, not the link's; the offloading steps' times bound the link "
-    "(notebook 07)",
+    "d2h rate (0.65-0.79 GB/s) is the allocation's, not the link's (the second session measured the link inside "
+    "one program)",
     "not reached in the session's 30 chip minutes: the grid from S 8192's qkv_offload on (S 16K-32K, depth 2 and 8), "
     "the does-not-fit / offloaded-fits pairs, the largest batch per policy and the A/B checks",
 )

@@ -1073,10 +1073,11 @@ def _is_copy(module: HloModule, instr: Instruction) -> bool:
 
 
 def op_costs(module: HloModule, host_transfers: set[str] | None = None,
-             grouped_tile: int = GROUPED_GEMM_TILE_ROWS) -> list[OpCost]:
+             grouped_tile: int = GROUPED_GEMM_TILE_ROWS, platform: str = "gpu") -> list[OpCost]:
     """Every scheduled op with its matmul FLOPs and HBM bytes per execution (roofline inputs) and
     its class; ``host_transfers``: the names of ``offload_summary(module)``'s transfers, when
-    known; ``grouped_tile``: the rows per tile of the GPU's grouped GEMM."""
+    known; ``grouped_tile``: the rows per tile of the GPU's grouped GEMM; ``platform``: whose bytes rules
+    (``_hbm_bytes``) apply."""
     costs = []
     if host_transfers is None:
         host_transfers = {t.name for t in offload_summary(module).transfers}
@@ -1091,7 +1092,7 @@ def op_costs(module: HloModule, host_transfers: set[str] | None = None,
             kind = "compute"
         flops, dtype, largest = _inner_matmuls(module, instr, grouped_tile)
         grouped = grouped_gemm(module, instr)
-        moved = grouped.hbm_bytes if grouped is not None else _hbm_bytes(module, instr)
+        moved = grouped.hbm_bytes if grouped is not None else _hbm_bytes(module, instr, platform)
         op_class = (_matmul_class(largest) if largest is not None
                     else "copy" if _is_copy(module, instr) else "other_compute")
         # a fusion's metadata is its root's; an op with matmuls belongs to its largest matmul's phase
@@ -1103,16 +1104,59 @@ def op_costs(module: HloModule, host_transfers: set[str] | None = None,
 
 
 _IN_PLACE = ("slice", "dynamic-slice", "dynamic-update-slice", "scatter")  # ops that touch part of operand 0
+TPU_VMEM_SPACE = 1  # S(1) in XLA:TPU's layouts: the TensorCore's vector memory, on the chip (S(5): pinned host)
 
 
-def _hbm_bytes(module: HloModule, instr: Instruction) -> int:
+def _nested_read(module: HloModule, comp: Computation, index: int, full: int) -> int:
+    """Bytes a fusion nested in a fusion reads of its parameter ``index`` (``full`` bytes): the slices
+    where its computation only slices that parameter, else all of it."""
+    param = next((i for i in comp.instructions if i.opcode == "parameter" and i.operand_text == str(index)), None)
+    if param is None:
+        return full
+    uses = [i for i in comp.instructions if param.name in i.operands]
+    if uses and all(u.opcode in ("slice", "dynamic-slice") and u.operands[0] == param.name for u in uses):
+        return min(full, sum(u.shape.bytes for u in uses))
+    return full
+
+
+def _fused_read(module: HloModule, comp: Computation, value: str, use: Instruction, full: int,
+                users: dict[str, list[Instruction]]) -> int | None:
+    """Bytes a fused computation ``comp`` reads of ``value`` (``full`` bytes) through ``use``, a fusion
+    nested in it: what the nested computation slices of it; or, where the nested fusion is elementwise over
+    ``value`` and its result is only sliced, that share of ``value`` (the fused code computes only the
+    elements the slices take). None where neither holds (priced whole)."""
+    nested = module.computations.get(use.called[0]) if use.called else None
+    if nested is None:
+        return None
+    read = sum(_nested_read(module, nested, k, full) for k, o in enumerate(use.operands) if o == value)
+    if read < full:
+        return read
+    elements = math.prod(getattr(use.shape, "dims", ()) or (0,))
+    if isinstance(use.shape, TupleShape) or elements != math.prod(getattr(comp.by_name[value].shape, "dims", ()) or (1,)):
+        return None
+    after = users.get(use.name, [])
+    if not after or not all(u.opcode in ("slice", "dynamic-slice") and u.operands[0] == use.name for u in after):
+        return None
+    return min(full, int(full * sum(math.prod(u.shape.dims) for u in after) / elements))
+
+
+def _hbm_bytes(module: HloModule, instr: Instruction, platform: str = "gpu") -> int:
     """HBM bytes an op reads and writes: its device operands and result, except that a buffer it
     only slices (slice, dynamic-slice) or updates in place (dynamic-update-slice; a scatter, whose
     operand XLA's GPU emitter updates in its output buffer) costs just the slice, or the scattered rows
-    read and written."""
+    read and written. On a TPU also: buffers in the cores' VMEM (``TPU_VMEM_SPACE``) cost nothing, and a
+    buffer read only inside fusions nested in the op costs what they read of it (``_fused_read``): XLA:TPU
+    nests fusions, and its traces show the blockwise attention's fusions running at the bytes they slice,
+    not at their operands' (benchmarks/bench_tpu_simulation.py). On a GPU these two rules are not applied:
+    no GPU measurement has tested them yet, and the stored GPU results stand as they were priced."""
+    tpu = platform == "tpu"
+
+    def in_hbm(a) -> bool:
+        return not a.on_host and not (tpu and a.memory_space == TPU_VMEM_SPACE)
+
     operands = module.operand_shapes(instr)
-    sizes = [sum(a.bytes for a in flatten_shape(s) if not a.on_host) for s in operands]
-    result = 0 if instr.opcode.endswith("-start") else sum(a.bytes for a in flatten_shape(instr.shape) if not a.on_host)
+    sizes = [sum(a.bytes for a in flatten_shape(s) if in_hbm(a)) for s in operands]
+    result = 0 if instr.opcode.endswith("-start") else sum(a.bytes for a in flatten_shape(instr.shape) if in_hbm(a))
     comp = module.computations.get(instr.called[0]) if instr.opcode == "fusion" and instr.called else None
     if comp is None:
         return sum(sizes) + result
@@ -1131,6 +1175,11 @@ def _hbm_bytes(module: HloModule, instr: Instruction) -> int:
     for name, index in params.items():
         pairs = final_uses(name)
         uses = [u for _, u in pairs]
+        if tpu and uses and 0 <= index < len(sizes) and all(u.opcode == "fusion" for u in uses):  # nested fusions
+            reads = [_fused_read(module, comp, v, u, sizes[index], users) for v, u in pairs]
+            if all(r is not None for r in reads):
+                sizes[index] = min(sizes[index], sum(reads))
+            continue
         if uses and 0 <= index < len(sizes) and all(u.opcode in _IN_PLACE and u.operands and u.operands[0] == v
                                                    for v, u in pairs):
             sliced = 0

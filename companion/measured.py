@@ -6,7 +6,7 @@ step: XLA:TPU's verdict and memory analysis on the chip, the timed calls of the 
 process's median and the run-to-run spread across them, the runtime's counters and the footprint they
 give (``measure.runtime_footprint``), the reduced profiler trace; with the kernel microbenchmarks, the
 memory probe and the A/B checks beside.
-``load`` reads it back as ``Measurements`` for tests and notebook 07, which have no chip.
+``load`` reads it back as ``Measurements`` for tests and benchmarks, which have no chip.
 
 The stored file carries the measuring run's environment (device kind, jax, jaxlib, libtpu, the lab's
 commit and ``results.stamp()``): a measurement is a fact about the program that commit compiled, so a

@@ -19,11 +19,15 @@ import dataclasses
 from typing import Iterable
 
 from . import hlo
-from .targets import Gpu, HostLink, Target
+from .targets import Gpu, HostLink, Target, Tpu
 
 
-def matmul_rate(gpu: Gpu, dtype: str) -> float:
-    """Peak dense FLOP/s for matmuls whose inputs are ``dtype``."""
+def matmul_rate(gpu: Gpu | Tpu, dtype: str) -> float:
+    """Peak dense FLOP/s for matmuls whose inputs are ``dtype``. An f32 matmul runs at half the bf16 rate on
+    a GPU (TF32 tensor cores); on a TPU at the bf16 rate: at JAX's default precision XLA:TPU multiplies f32
+    operands in one bf16 pass on the MXUs (JAX's ``jax.default_matmul_precision``: DEFAULT is bf16 on TPU)."""
+    if gpu.platform == "tpu":
+        return gpu.bf16_dense_flops
     if dtype.startswith("f8"):
         return gpu.fp8_dense_flops
     if dtype in ("f32", "f64"):

@@ -185,7 +185,7 @@ class CostModel:
 # TPU v5e: the lab's matmul microbenchmarks on the lent chip (benchmarks/results/measured.json, kernels.matmul;
 # bench_measured.py), each a jitted call of one bf16 matmul: time = 0.55 ms (the call's dispatch) + FLOPs / (197
 # TFLOP/s x e) fits 2048^3 and 8192^3 with e = 0.92, and 16384x2048x{2048,8192} within 8 % (the steps' matmuls are
-# of these sizes). From kernels only, never from the measured steps (notebook 07 holds the steps against it).
+# of these sizes). From kernels only, never from the measured steps (bench_tpu_simulation.py holds the steps against it).
 MATMUL_EFFICIENCY = {"hopper": 0.75, "blackwell": 0.70, "tpu-v5e": 0.92}
 
 # A memory-bound kernel's share of the datasheet HBM bandwidth. GPUs: streaming copies reach 85-90 %. TPU v5e:
@@ -256,7 +256,8 @@ def build_program(module: hlo.HloModule, target: Target, model: CostModel) -> di
     """Each scheduled computation as a list of ``Op``s with their costs on ``target`` (a host
     transfer carries its bytes: its seconds depend on the link the replay is given)."""
     transfers = {t.name: t for t in hlo.offload_summary(module).transfers}
-    costs = {c.name: c for c in hlo.op_costs(module, set(transfers), target.gpu.grouped_gemm_tile_rows)}
+    costs = {c.name: c for c in hlo.op_costs(module, set(transfers), target.gpu.grouped_gemm_tile_rows,
+                                             target.platform)}
     scheduled = module.scheduled_computations
     return {name: [_op(module, instr, target, model, costs, transfers) for instr in comp.instructions]
             for name, comp in module.computations.items() if name in scheduled}  # module order: deterministic
@@ -753,6 +754,16 @@ class Simulator:
                    for op in ops if op.action == "compute" and op.category == "compute")
 
 
+def async_limit(target: Target, flags: dict) -> int:
+    """How many async ops may be in flight beside compute: on a GPU XLA's
+    ``xla_gpu_experimental_parallel_async_compute_limit`` (default 2; the compile's flags). On a TPU none: XLA:TPU's
+    own limits (e.g. ``xla_tpu_host_transfer_overlap_limit``) act when it schedules, so the replay runs every
+    async copy the schedule starts (an assumption: the DMA engines' runtime concurrency was not measured)."""
+    if target.is_tpu:
+        return 1 << 30
+    return int(flags.get("xla_gpu_experimental_parallel_async_compute_limit", 2))
+
+
 def prepare(compiled, target: Target | str | None = None, *, cost_model: CostModel = CostModel()) -> Simulator:
     """Price a compiled step's schedule on ``target``. ``compiled`` is a ``CompileReport`` (the
     target defaults to its own, the in-flight cap to its flags) or scheduled HLO (an
@@ -771,7 +782,7 @@ def prepare(compiled, target: Target | str | None = None, *, cost_model: CostMod
             target = targets.target(compiled.target, mem_fraction=compiled.mem_fraction)
     if isinstance(target, str):
         target = targets.target(target)
-    limit = cost_model.async_compute_limit or int(flags.get("xla_gpu_experimental_parallel_async_compute_limit", 2))
+    limit = cost_model.async_compute_limit or async_limit(target, flags)
     return Simulator(module, target, cost_model, build_program(module, target, cost_model), limit, peak, host, workload)
 
 

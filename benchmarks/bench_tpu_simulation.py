@@ -1,0 +1,66 @@
+"""The simulator held against the chip: every measured TPU v5e step that ran, compiled here with libtpu's
+compile-only v5e (the same program, byte for byte: ``measured.compile_agreement``), replayed and priced
+by ``companion.schedule`` with the v5e price table (``schedule.MATMUL_EFFICIENCY`` etc., from the chip's
+kernel microbenchmarks, never from these steps), beside the measured median and XLA:TPU's own
+``optimal_seconds``.
+
+    python benchmarks/bench_tpu_simulation.py [--only W ...]   # -> benchmarks/results/tpu_simulation.json
+
+Which steps may inform modelling choices and which are only reported is fixed by ``measured.held_out``
+(committed before this benchmark's first run); ``companion.measured.hold_against`` reads the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import time
+
+import _common
+
+import bench_measured
+from companion import compiler, measured, results, schedule, targets, train
+
+
+def simulate_step(step: bench_measured.Step, placement) -> dict:
+    trainer = bench_measured.trainer_of(step)
+    abstract = train.abstract_state(trainer, placement, step.batch, step.seq)
+    started = time.perf_counter()
+    report = compiler.compile(trainer.jit_step(), *abstract.arguments(), placement=placement, flags=step.flags,
+                              host_arguments=abstract.host_arguments(trainer.state),
+                              workload=train.workload(trainer.cfg, 1, step.batch, step.seq))
+    compiled = time.perf_counter() - started
+    sim = schedule.simulate(report)
+    return {"key": step.key, "compile_seconds": compiled, "peak_bytes": report.device.peak_bytes,
+            "simulated_seconds": sim.step_seconds, "compute_seconds": sim.compute_seconds,
+            "exposed_transfer_seconds": sim.exposed_transfer_seconds, "exposed_other_seconds": sim.exposed_other_seconds,
+            "time_by_kind": {k: v for k, v in sim.time_by_kind.items() if v},
+            "xla_optimal_seconds": (report.xla_cost or {}).get("optimal_seconds")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", default=None)
+    args = parser.parse_args()
+    m = measured.load()
+    placement = compiler.place(targets.target(bench_measured.TARGET))
+    path = _common.RESULTS / "tpu_simulation.json"
+    rows = {r["key"]: r for r in json.loads(path.read_text()).get("steps", [])} if (args.only and path.exists()) else {}
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=_common.ROOT).stdout.strip()
+    grid = {s.key: s for s in bench_measured.GRID}
+    for step in m.steps:
+        if not step.runs or (args.only and not any(w in step.key for w in args.only)):
+            continue
+        row = simulate_step(grid[step.key], placement)
+        rows[step.key] = {**row, "measured_seconds": step.seconds, "held_out": measured.held_out(step.key)}
+        print(f"{step.key:52} measured {step.seconds * 1e3:8.1f} ms  simulated {row['simulated_seconds'] * 1e3:8.1f} ms "
+              f"({row['simulated_seconds'] / step.seconds - 1:+6.1%})  compile {row['compile_seconds']:.0f} s", flush=True)
+        _common.write("tpu_simulation", {"stamp": results.stamp(), "commit": commit,
+                                         "cost_model": {k: schedule.__dict__[k]["tpu-v5e"] for k in
+                                                        ("MATMUL_EFFICIENCY", "HBM_EFFICIENCY", "KERNEL_GAP_SECONDS")},
+                                         "steps": list(rows.values())})
+
+
+if __name__ == "__main__":
+    main()
