@@ -1131,13 +1131,29 @@ def _fused_read(module: HloModule, comp: Computation, value: str, use: Instructi
     read = sum(_nested_read(module, nested, k, full) for k, o in enumerate(use.operands) if o == value)
     if read < full:
         return read
-    elements = math.prod(getattr(use.shape, "dims", ()) or (0,))
-    if isinstance(use.shape, TupleShape) or elements != math.prod(getattr(comp.by_name[value].shape, "dims", ()) or (1,)):
+    if not _elementwise(comp, value, use):
         return None
     after = users.get(use.name, [])
     if not after or not all(u.opcode in ("slice", "dynamic-slice") and u.operands[0] == use.name for u in after):
         return None
-    return min(full, int(full * sum(math.prod(u.shape.dims) for u in after) / elements))
+    return min(full, int(full * sum(math.prod(u.shape.dims) for u in after) / math.prod(use.shape.dims)))
+
+
+def _elementwise(comp: Computation, value: str, use: Instruction) -> bool:
+    """``use`` (a nested fusion) has one array result with as many elements as ``value``."""
+    if isinstance(use.shape, TupleShape) or isinstance(comp.by_name[value].shape, TupleShape):
+        return False
+    return math.prod(use.shape.dims) == math.prod(comp.by_name[value].shape.dims)
+
+
+def _updated_in_place(comp: Computation, value: str, use: Instruction, users: dict[str, list[Instruction]]) -> list:
+    """The dynamic-update-slices that update ``use`` (an elementwise nested fusion of ``value``, a layout
+    change) in place, where those are its only users; else []."""
+    after = users.get(use.name, [])
+    if _elementwise(comp, value, use) and after and all(
+            u.opcode == "dynamic-update-slice" and u.operands[0] == use.name for u in after):
+        return after
+    return []
 
 
 def _hbm_bytes(module: HloModule, instr: Instruction, platform: str = "gpu") -> int:
@@ -1145,15 +1161,19 @@ def _hbm_bytes(module: HloModule, instr: Instruction, platform: str = "gpu") -> 
     only slices (slice, dynamic-slice) or updates in place (dynamic-update-slice; a scatter, whose
     operand XLA's GPU emitter updates in its output buffer) costs just the slice, or the scattered rows
     read and written. On a TPU also: buffers in the cores' VMEM (``TPU_VMEM_SPACE``) cost nothing, and a
-    buffer read only inside fusions nested in the op costs what they read of it (``_fused_read``): XLA:TPU
-    nests fusions, and its traces show the blockwise attention's fusions running at the bytes they slice,
-    not at their operands' (benchmarks/bench_tpu_simulation.py). On a GPU these two rules are not applied:
+    buffer read only inside fusions nested in the op costs what they read of it (``_fused_read``), an async
+    ``slice-start`` the slice it reads, or
+    nothing where a nested layout change of it is updated in place (``_updated_in_place``): XLA:TPU nests
+    fusions, and its traces show the blockwise attention's fusions running at the bytes they slice, not at
+    their operands' (benchmarks/bench_tpu_simulation.py). On a GPU these rules are not applied:
     no GPU measurement has tested them yet, and the stored GPU results stand as they were priced."""
     tpu = platform == "tpu"
 
     def in_hbm(a) -> bool:
         return not a.on_host and not (tpu and a.memory_space == TPU_VMEM_SPACE)
 
+    if tpu and instr.opcode == "slice-start" and isinstance(instr.shape, TupleShape) and len(instr.shape.elements) > 1:
+        return instr.shape.elements[1].bytes  # an async slice reads the slice it makes (into VMEM, or HBM)
     operands = module.operand_shapes(instr)
     sizes = [sum(a.bytes for a in flatten_shape(s) if in_hbm(a)) for s in operands]
     result = 0 if instr.opcode.endswith("-start") else sum(a.bytes for a in flatten_shape(instr.shape) if in_hbm(a))
@@ -1176,7 +1196,13 @@ def _hbm_bytes(module: HloModule, instr: Instruction, platform: str = "gpu") -> 
         pairs = final_uses(name)
         uses = [u for _, u in pairs]
         if tpu and uses and 0 <= index < len(sizes) and all(u.opcode == "fusion" for u in uses):  # nested fusions
-            reads = [_fused_read(module, comp, v, u, sizes[index], users) for v, u in pairs]
+            reads = []
+            for v, u in pairs:
+                updates = _updated_in_place(comp, v, u, users)
+                reads.append(0 if updates else _fused_read(module, comp, v, u, sizes[index], users))
+                for update in (x for x in updates if x.is_root):  # as the output only the update is written
+                    written = comp.by_name.get(update.operands[1])
+                    result -= update.shape.bytes - (written.shape.bytes if written is not None else 0)
             if all(r is not None for r in reads):
                 sizes[index] = min(sizes[index], sum(reads))
             continue
