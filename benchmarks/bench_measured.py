@@ -47,38 +47,12 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from companion import compiler, libtpu, measure, models, results, targets, train  # noqa: E402
+from companion import compiler, libtpu, measure, measured, results, targets, train  # noqa: E402
 
 TARGET = "tpu-v5e"
 COMPILE_ONLY = _common.ROOT / "benchmarks" / "results" / "measured_compile_only.json"
 OFFLOAD_FLAGS = "maxtext_host_offload"
-QKV = ("query_proj", "key_proj", "value_proj")
-MLP = ("mlpwi_0", "mlpwi_1", "mlpwo")
-
-
-def custom(where: str, *names: str) -> dict:
-    return dict.fromkeys(names, where)
-
-
-POLICIES = {
-    "full": "full",
-    "minimal": "minimal",
-    "qkv_device": "save_qkv_proj",
-    "qkv_offload": "qkv_proj_offloaded",
-    "mlp_device": custom("device", *MLP),
-    "mlp_offload": custom("offload", *MLP),
-    "context_device": custom("device", "context", *QKV),
-    "context_offload": custom("offload", "context", *QKV),
-    "input_offload": custom("offload", "decoder_layer_input"),
-    "minimal_offloaded": "minimal_offloaded",
-}
-
-
-def tpu_llama(layers: int):
-    """The grid's model: Llama 3's layer (GQA, RoPE at theta 500,000, SwiGLU) at 1B-class width."""
-    return models.config("llama3-8b").replace(name=f"tpu-llama-{layers}L", num_layers=layers, d_model=2048,
-                                              num_heads=16, num_kv_heads=8, head_dim=128, mlp_dim=8192,
-                                              vocab_size=32_000)
+QKV, MLP, POLICIES, tpu_llama = measured.QKV, measured.MLP, measured.POLICIES, measured.grid_model
 
 
 @dataclasses.dataclass(frozen=True)

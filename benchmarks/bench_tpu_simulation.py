@@ -42,7 +42,10 @@ def simulate_step(step: bench_measured.Step, placement) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", default=None)
+    parser.add_argument("--summary-only", action="store_true", help="recompute the summary of the stored steps")
     args = parser.parse_args()
+    if args.summary_only:
+        return summarize()
     m = measured.load()
     placement = compiler.place(targets.target(bench_measured.TARGET))
     path = _common.RESULTS / "tpu_simulation.json"
@@ -60,6 +63,27 @@ def main() -> None:
                                          "cost_model": {k: schedule.__dict__[k]["tpu-v5e"] for k in
                                                         ("MATMUL_EFFICIENCY", "HBM_EFFICIENCY", "KERNEL_GAP_SECONDS")},
                                          "steps": list(rows.values())})
+    summarize()
+
+
+def summarize() -> None:
+    """The goals (issue #41) against the stored comparison, written beside its steps."""
+    from companion import comparison
+
+    path = _common.RESULTS / "tpu_simulation.json"
+    data = json.loads(path.read_text())
+    c = comparison.load(path)
+    held, paired, band = c.absolute(True), c.paired(True), c.band_test()
+    data["summary"] = {
+        "held_out_steps": held, "training_steps": c.absolute(False), "held_out_pairs": paired,
+        "training_pairs": c.paired(False), "band": band,
+        "goals": {"held-out step median |error| <= 15 %": held["median_abs_error"] <= 0.15,
+                  "held-out paired median |error| <= 5 %": paired["median_abs_error"] <= 0.05,
+                  "rankings agree where measured differences exceed the spread":
+                      paired["rankings_agreeing"] == paired["measured_rankings"],
+                  "every held-out pair inside the band": band["inside"] == band["held_out_pairs"]}}
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    print(json.dumps(data["summary"], indent=1))
 
 
 if __name__ == "__main__":

@@ -22,9 +22,33 @@ import json
 import statistics
 from pathlib import Path
 
-from . import measure
+from . import measure, models
+
+# The measured grid's model and policies (benchmarks/bench_measured.py runs them; ``remeasure`` runs one again).
+QKV = ("query_proj", "key_proj", "value_proj")
+MLP = ("mlpwi_0", "mlpwi_1", "mlpwo")
+POLICIES = {  # the grid's policy names -> a MaxText preset or a per-tensor custom policy
+    "full": "full",
+    "minimal": "minimal",
+    "qkv_device": "save_qkv_proj",
+    "qkv_offload": "qkv_proj_offloaded",
+    "mlp_device": dict.fromkeys(MLP, "device"),
+    "mlp_offload": dict.fromkeys(MLP, "offload"),
+    "context_device": dict.fromkeys(("context", *QKV), "device"),
+    "context_offload": dict.fromkeys(("context", *QKV), "offload"),
+    "input_offload": {"decoder_layer_input": "offload"},
+    "minimal_offloaded": "minimal_offloaded",
+}
+
+
+def grid_model(layers: int) -> models.ModelConfig:
+    """The grid's model: Llama 3's layer (GQA, RoPE at theta 500,000, SwiGLU) at 1B-class width."""
+    return models.config("llama3-8b").replace(name=f"tpu-llama-{layers}L", num_layers=layers, d_model=2048,
+                                              num_heads=16, num_kv_heads=8, head_dim=128, mlp_dim=8192,
+                                              vocab_size=32_000)
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "measured.json"
+USABLE_HBM_BYTES = 16_911_433_728  # what XLA:TPU's compile reports as v5e's usable HBM (a refusal carries no compile)
 
 
 def merge(parts: list[dict], step_defaults: dict | None = None, notes: tuple[str, ...] = ()) -> dict:
@@ -124,11 +148,70 @@ class Measurements:
         return statistics.median(values) if values else float("nan")
 
 
+def boundary_rows(m: Measurements, within: float = 0.05) -> list[dict]:
+    """The steps within ``within`` of usable HBM (compiled peak, or the bytes XLA:TPU said it needed), and
+    what the chip did with each."""
+    rows = []
+    for s in m.steps:
+        usable = s.record.get("compile", {}).get("usable_hbm_bytes") or USABLE_HBM_BYTES
+        peak = s.compiled_peak_bytes or s.needed_bytes
+        if abs(peak / usable - 1) <= within:
+            rows.append({"step": s.key, "compiled GiB": peak / 2**30, "of usable": f"{peak / usable:.2%}",
+                         "chip": "ran" if s.runs else "refused" if s.record["verdict"].get("needed_bytes") and not
+                         s.compiled_peak_bytes else "not run (over the limit)",
+                         "footprint GiB": s.footprint_bytes / 2**30 if s.footprint_bytes else None})
+    return rows
+
+
+SWEEP = ((8, 2048), (4, 4096), (2, 8192), (1, 16384), (1, 32768))  # (batch, sequence): the grid's S sweep
+
+
+def sequence_sweep(m: Measurements, slower: str = "context_offload", faster: str = "context_device") -> list[dict]:
+    """``slower`` over ``faster`` at each sequence length of the grid's S sweep (the lab's blockwise
+    attention), and whether ``faster`` fit at all."""
+    rows = []
+    for a in m.steps:
+        if a.policy != slower or a.flash_kernel != "jax" or a.flags or a.optimizer_offload or (a.batch, a.seq) not in SWEEP:
+            continue
+        b = next((s for s in m.steps if (s.layers, s.batch, s.seq, s.flash_kernel, s.flags, s.optimizer_offload)
+                  == (a.layers, a.batch, a.seq, a.flash_kernel, a.flags, a.optimizer_offload) and s.policy == faster), None)
+        if b is None:
+            continue
+        rows.append({"S": a.seq, "B": a.batch, "layers": a.layers, f"{slower} ms": a.seconds * 1e3 if a.runs else None,
+                     f"{faster} ms": b.seconds * 1e3 if b.runs else None,
+                     "ratio": a.seconds / b.seconds if a.runs and b.runs else None})
+    return sorted(rows, key=lambda r: r["S"])
+
+
 def held_out(key: str) -> bool:
     """The split of the measured grid, fixed before the simulator was first held against it: a step whose
     key's SHA-256 is odd is held out (only ever reported), the others may inform modelling choices. A
     pair is held out when either of its steps is."""
     return int(hashlib.sha256(key.encode()).hexdigest(), 16) % 2 == 1
+
+
+def remeasure(m: "Measurements", key: str, steps: int = 5) -> dict:
+    """Stored step ``key`` run again on this machine's chip (``measure.train_step``), beside the stored median,
+    with the versions that differ from the session that stored it. Without an accelerator: ``measure``'s
+    one-line refusal."""
+    import jax
+    import jaxlib
+
+    from . import compiler, libtpu, targets, train
+
+    measure.require_accelerator()
+    step = m.step(key)
+    cfg = grid_model(step.layers).replace(flash_kernel=step.flash_kernel)
+    trainer = train.trainer(cfg, POLICIES[step.policy],
+                            state=train.StateConfig(optimizer_memory_host_offload=step.optimizer_offload))
+    placement = compiler.place(targets.target("tpu-v5e"))
+    record = measure.train_step(trainer, placement, step.batch, step.seq, flags=step.flags, steps=steps)
+    here = {"device_kind": jax.devices()[0].device_kind, "jax": jax.__version__, "jaxlib": jaxlib.__version__,
+            "libtpu": libtpu.version()}
+    stored = m.environment
+    return {"key": step.key, "stored_seconds": step.seconds, "seconds": record.get("timing", {}).get("median"),
+            "verdict": record["verdict"]["status"], "versions_differ": {k: (stored.get(k), v) for k, v in here.items()
+                                                                       if stored.get(k) not in (None, v)}}
 
 
 def load(path: str | Path = RESULTS) -> Measurements:

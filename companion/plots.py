@@ -356,3 +356,30 @@ def time_by_kind_bars(rows: Mapping[str, Mapping[str, float]], *, title: str = "
     ax.set_title(title)
     fig.tight_layout()
     return fig
+
+
+def measured_vs_simulated(steps, *, title: str = ""):
+    """Simulated against measured step time (``comparison.StepError``s), log-log, the held-out half filled and
+    the training half hollow, with the diagonal and +-15 % beside it."""
+    fig, ax = plt.subplots(figsize=(6.2, 5.0))
+    for held, style in ((False, {"facecolors": "none", "edgecolors": "#4C72B0", "label": "training half"}),
+                        (True, {"color": "#C44E52", "label": "held-out half"})):
+        mine = [s for s in steps if s.held_out == held]
+        ax.scatter([s.measured_seconds * 1e3 for s in mine], [s.simulated_seconds * 1e3 for s in mine], s=30, zorder=3,
+                   **style)
+    low = min(min(s.measured_seconds, s.simulated_seconds) for s in steps) * 1e3 * 0.8
+    high = max(max(s.measured_seconds, s.simulated_seconds) for s in steps) * 1e3 * 1.2
+    ax.plot([low, high], [low, high], color="gray", lw=1)
+    for k in (0.85, 1.15):
+        ax.plot([low, high], [low * k, high * k], color="gray", lw=0.6, ls="--")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
+    ax.set_xlabel("measured step on the TPU v5e (ms)")
+    ax.set_ylabel("simulated step (ms)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,63 @@
+"""The simulator held against the chip (companion.comparison): the stored comparison covers every measured step
+that ran, its halves follow the fixed split, and the paired errors and the band are computed as stated."""
+
+import statistics
+
+import pytest
+
+from companion import comparison, measured
+
+
+@pytest.fixture(scope="module")
+def stored():
+    return measured.load(), comparison.load()
+
+
+def test_every_step_that_ran_is_simulated_and_split_by_the_fixed_rule(stored):
+    m, c = stored
+    assert {s.key for s in c.steps} == {s.key for s in m.steps if s.runs}
+    assert all(s.held_out == measured.held_out(s.key) for s in c.steps)
+    assert 0 < sum(s.held_out for s in c.steps) < len(c.steps) and len(c.commit) == 40
+    for s in c.steps:
+        assert s.measured_seconds == m.step(s.key).seconds and s.simulated_seconds > 0
+
+
+def test_absolute_errors_are_the_held_out_halfs(stored):
+    _, c = stored
+    errors = [abs(s.simulated_seconds / s.measured_seconds - 1) for s in c.steps if s.held_out]
+    summary = c.absolute(held_out=True)
+    assert summary["median_abs_error"] == statistics.median(errors) and summary["worst_abs_error"] == max(errors)
+    assert summary["steps"] == len(errors) and c.worst(1)[0].key in {s.key for s in c.steps if s.held_out}
+
+
+def test_pairs_share_a_shape_and_rank_slower_over_faster(stored):
+    m, c = stored
+    assert len(c.pairs) >= 50
+    for p in c.pairs:
+        a, b = m.step(p.a), m.step(p.b)
+        assert (a.layers, a.batch, a.seq, a.flash_kernel) == (b.layers, b.batch, b.seq, b.flash_kernel)
+        assert p.measured_ratio >= 1 and p.spread >= max(x for x in (a.spread, b.spread, 0) if x is not None)
+        assert p.held_out == (measured.held_out(p.a) or measured.held_out(p.b))
+        assert p.measured_ranking == (p.measured_ratio - 1 > p.spread)
+
+
+def test_the_band_comes_from_the_training_half_and_is_tested_on_the_other(stored):
+    _, c = stored
+    band = c.band()
+    assert band == max(abs(p.error) for p in c.pairs if not p.held_out)
+    test = c.band_test()
+    held = [p for p in c.pairs if p.held_out]
+    assert test["inside"] == sum(abs(p.error) <= band for p in held) and test["held_out_pairs"] == len(held)
+    assert test["called_rankings"] == sum(abs(p.simulated_ratio - 1) > band for p in c.pairs)
+
+
+def test_the_break_even_rule_against_the_sequence_sweep(stored):
+    m, _ = stored
+    rows = comparison.break_even_rows(m)
+    assert [r["S"] for r in rows] == [2048, 4096, 8192, 16384, 32768]
+    breakeven = [r["break-even GB/s"] for r in rows]
+    assert breakeven == sorted(breakeven, reverse=True)  # attention's recompute grows with S: the bar falls
+    assert all(r["rule says"] == "recompute" for r in rows)  # v5e's 14 GB/s is under it at every S of the grid
+    measured_ratios = [r["measured offload / full"] for r in rows if r["full fits"]]
+    assert all(x > 1 for x in measured_ratios)  # and the chip agrees wherever full remat fits
+    assert not rows[-1]["full fits"]  # at 32K only offloading trains
