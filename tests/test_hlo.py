@@ -242,3 +242,64 @@ ENTRY %main (a: f32[4096,256], i: s32[8,1], u: f32[8,256]) -> f32[4096,256] {
     (cost,) = [c for c in hlo.op_costs(module) if c.name == "f"]
     rows = 8 * 256 * 4
     assert cost.bytes == 3 * rows + 8 * 4  # the rows read and written, the updates, the indices
+
+
+TPU_FUSIONS = """HloModule tpu_bytes, is_scheduled=true
+
+%slicer (n0: bf16[16,256,128]) -> bf16[1,256,128] {
+  %n0 = bf16[16,256,128]{2,1,0} parameter(0)
+  %zero = s32[] constant(0)
+  ROOT %ds = bf16[1,256,128]{2,1,0} dynamic-slice(%n0, %zero, %zero, %zero), dynamic_slice_sizes={1,256,128}
+}
+
+%relayout (r0: pred[16,256,256]) -> pred[16,256,256] {
+  %r0 = pred[16,256,256]{2,1,0} parameter(0)
+  ROOT %cp = pred[16,256,256]{1,2,0} copy(%r0)
+}
+
+%reads_a_slice (p0: bf16[16,256,128], p1: f32[256,128]) -> f32[256,128] {
+  %p0 = bf16[16,256,128]{2,1,0} parameter(0)
+  %p1 = f32[256,128]{1,0:S(1)} parameter(1)
+  %f = bf16[1,256,128]{2,1,0} fusion(%p0), kind=kLoop, calls=%slicer
+  %b = bf16[256,128]{1,0} bitcast(%f)
+  %c = f32[256,128]{1,0} convert(%b)
+  ROOT %a = f32[256,128]{1,0} add(%c, %p1)
+}
+
+%updates_in_place (u0: pred[16,256,256], u1: pred[1,256,256], u2: s32[]) -> pred[16,256,256] {
+  %u0 = pred[16,256,256]{2,1,0} parameter(0)
+  %u1 = pred[1,256,256]{2,1,0} parameter(1)
+  %u2 = s32[] parameter(2)
+  %g = pred[16,256,256]{1,2,0} fusion(%u0), kind=kLoop, calls=%relayout
+  %z = s32[] constant(0)
+  ROOT %dus = pred[16,256,256]{1,2,0} dynamic-update-slice(%g, %u1, %u2, %z, %z)
+}
+
+ENTRY %main (x: bf16[16,256,128], v: f32[256,128], m: pred[16,256,256], w: pred[1,256,256], i: s32[]) -> (f32[256,128], pred[16,256,256], bf16[4,256,128]) {
+  %x = bf16[16,256,128]{2,1,0} parameter(0)
+  %v = f32[256,128]{1,0:S(1)} parameter(1)
+  %m = pred[16,256,256]{2,1,0} parameter(2)
+  %w = pred[1,256,256]{2,1,0} parameter(3)
+  %i = s32[] parameter(4)
+  %read = f32[256,128]{1,0} fusion(%x, %v), kind=kLoop, calls=%reads_a_slice
+  %mask = pred[16,256,256]{1,2,0} fusion(%m, %w, %i), kind=kLoop, calls=%updates_in_place
+  %ss = ((bf16[16,256,128]{2,1,0}), bf16[4,256,128]{2,1,0:S(1)}, s32[]) slice-start(%x), slice={[0:4], [0:256], [0:128]}
+  %sd = bf16[4,256,128]{2,1,0:S(1)} slice-done(%ss)
+  ROOT %t = (f32[256,128]{1,0}, pred[16,256,256]{1,2,0}, bf16[4,256,128]{2,1,0:S(1)}) tuple(%read, %mask, %sd)
+}
+"""
+
+
+def test_tpu_byte_rules_read_slices_inside_nested_fusions_and_skip_vmem():
+    """On a TPU: a parameter read only through a nested fusion that slices it costs the slice, a VMEM (S(1))
+    operand costs nothing, a nested layout change updated in place moves only the update, and an async slice
+    reads its slice. On a GPU the same ops are priced whole (the rules are not applied there)."""
+    module = hlo.parse_module(TPU_FUSIONS)
+    by = {i.name: i for i in module.instructions()}
+    slice_bytes, result = 256 * 128 * 2, 256 * 128 * 4
+    assert hlo._hbm_bytes(module, by["read"], "tpu") == slice_bytes + result
+    assert hlo._hbm_bytes(module, by["read"], "gpu") == 16 * slice_bytes + result + result  # x whole, v in HBM
+    index = 4  # the update's s32 offset
+    assert hlo._hbm_bytes(module, by["mask"], "tpu") == 256 * 256 + 256 * 256 + index  # the update read, then written
+    assert hlo._hbm_bytes(module, by["mask"], "gpu") == 2 * 16 * 256 * 256 + 256 * 256 + index
+    assert hlo._hbm_bytes(module, by["ss"], "tpu") == 4 * slice_bytes  # the slice it makes, not its operand

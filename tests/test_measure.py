@@ -197,3 +197,8 @@ def test_compile_only_here_reproduces_the_chips_memory_analysis():
     rows = measured.compile_agreement(m)
     assert len(rows) == len(m.steps) and all(r.same_verdict for r in rows)
     assert all(r.peak_difference == 0 for r in rows)  # byte for byte: the same libtpu, the same program
+
+
+def test_the_runtime_footprint_is_buffers_in_use_plus_the_programs_reservation():
+    assert measure.runtime_footprint({"bytes_in_use": 4 * 2**30, "bytes_reserved": 3 * 2**30}) == 7 * 2**30
+    assert measure.runtime_footprint({"bytes_in_use": 1}) is None and measure.runtime_footprint({}) is None

@@ -470,3 +470,21 @@ ENTRY %main (a: bf16[32768,1024], b: bf16[262144,1024], o: s64[8], s: s64[8]) ->
     module = hlo.parse_module(named)
     instr = module.computations["main"].by_name["r"]
     assert collectives.buffer_bytes(module, instr, "ragged-all-to-all") == 40000 * 1024 * 2
+
+
+def test_a_tpu_takes_its_own_prices_and_no_gpu_async_cap():
+    """v5e's rows of the price tables (from the chip's kernels), its f32 matmuls at the bf16 rate (one bf16 pass at
+    default precision), and no cap from an xla_gpu flag; a GPU keeps its generation's rows and the flag's cap."""
+    from companion import roofline
+
+    v5e = targets.target("tpu-v5e")
+    chip = v5e.accelerator
+    assert (MODEL.matmul(chip), MODEL.hbm(chip), MODEL.gap(chip)) == (0.92, 0.78, 0.0)
+    assert (MODEL.matmul(GPU), MODEL.hbm(GPU), MODEL.gap(GPU)) == (0.75, 0.85, 2e-6)
+    assert roofline.matmul_rate(chip, "f32") == roofline.matmul_rate(chip, "bf16") == chip.bf16_dense_flops
+    assert roofline.matmul_rate(GPU, "f32") == GPU.bf16_dense_flops / 2
+    assert schedule.async_limit(v5e, {"xla_gpu_experimental_parallel_async_compute_limit": "2"}) > 10**6
+    assert schedule.async_limit(TARGET, {}) == 2 and schedule.async_limit(TARGET, {
+        "xla_gpu_experimental_parallel_async_compute_limit": "4"}) == 4
+    override = schedule.CostModel(hbm_efficiency=0.5, kernel_gap_seconds=1e-6)
+    assert (override.hbm(chip), override.gap(chip)) == (0.5, 1e-6)  # a stated constant wins on either
