@@ -65,7 +65,6 @@ class Step:
     flash_kernel: str = "jax"  # the model's attention kernel: jax (the lab's blockwise kernel) or fused (Pallas)
     flags: str | None = None  # a libtpu preset (None: libtpu's defaults)
     subset: bool = False  # also repeated in processes 2 and 3 (the run-to-run spread)
-    probe: bool = False  # its real footprint bisected with a filler
 
     @property
     def key(self) -> str:
@@ -165,19 +164,24 @@ SECOND_RUN_NOTES = (
 # ----------------------------------------------------------------------------- one step
 
 
-def _state(step: Step):
-    return train.StateConfig(optimizer_memory_host_offload=step.optimizer_offload)
-
-
 def trainer_of(step: Step):
     return train.trainer(tpu_llama(step.layers).replace(flash_kernel=step.flash_kernel), POLICIES[step.policy],
                          state=train.StateConfig(optimizer_memory_host_offload=step.optimizer_offload))
 
 
-def measure_step(step: Step, placement, *, steps: int, warmup: int, probe: bool, trace_dir: str | None) -> dict:
+def compile_step(step: Step, placement) -> compiler.CompileReport:
+    """``step``'s training step compiled for ``placement`` (raises ``compiler.DoesNotFit`` where XLA:TPU refuses)."""
+    trainer = trainer_of(step)
+    abstract = train.abstract_state(trainer, placement, step.batch, step.seq)
+    return compiler.compile(trainer.jit_step(), *abstract.arguments(), placement=placement, flags=step.flags,
+                            host_arguments=abstract.host_arguments(trainer.state),
+                            workload=train.workload(trainer.cfg, 1, step.batch, step.seq))
+
+
+def measure_step(step: Step, placement, *, steps: int, warmup: int, trace_dir: str | None) -> dict:
     trace = os.path.join(trace_dir, step.key.replace("+", "_")) if trace_dir else None
     record = measure.train_step(trainer_of(step), placement, step.batch, step.seq, flags=step.flags, steps=steps,
-                                warmup=warmup, footprint=probe, trace_dir=trace)
+                                warmup=warmup, trace_dir=trace)
     return {"key": step.key, "step": dataclasses.asdict(step), **record}
 
 
@@ -189,11 +193,8 @@ def ab_step(step: Step, twin: str) -> dict:
 
 def _fits(step: Step, placement) -> tuple[bool, int]:
     """XLA:TPU's verdict on ``step`` and its compiled peak (or the bytes it needed)."""
-    trainer = trainer_of(step)
-    abstract = train.abstract_state(trainer, placement, step.batch, step.seq)
     try:
-        report = compiler.compile(trainer.jit_step(), *abstract.arguments(), placement=placement, flags=step.flags,
-                                  host_arguments=abstract.host_arguments(trainer.state))
+        report = compile_step(step, placement)
     except compiler.DoesNotFit as err:
         return False, err.needed_bytes
     return report.fits, report.device.peak_bytes  # XLA:TPU may compile a peak over usable HBM: not a fit
@@ -372,7 +373,7 @@ def run_part(args) -> dict:
     for step in grid:
         started = time.perf_counter()
         try:
-            record = measure_step(step, placement, steps=args.steps, warmup=args.warmup, probe=args.probe and step.probe,
+            record = measure_step(step, placement, steps=args.steps, warmup=args.warmup,
                                   trace_dir=trace_root if step.key in TRACED else None)
         except Exception as err:  # noqa: BLE001 - one step's failure is recorded; the rest of the grid runs
             record = {"key": step.key, "step": dataclasses.asdict(step),
@@ -406,12 +407,8 @@ def compile_only(only: list[str] | None, largest: bool) -> dict:
     for step in GRID:
         if only is not None and not any(word in step.key for word in only):
             continue
-        trainer = trainer_of(step)
-        abstract = train.abstract_state(trainer, placement, step.batch, step.seq)
         try:
-            report = compiler.compile(trainer.jit_step(), *abstract.arguments(), placement=placement, flags=step.flags,
-                                      host_arguments=abstract.host_arguments(trainer.state),
-                                      workload=train.workload(trainer.cfg, 1, step.batch, step.seq))
+            report = compile_step(step, placement)
             rows.append({"key": step.key, "compiled": True, **measure.compile_record(report), "fits": report.fits})
         except compiler.DoesNotFit as err:
             rows.append({"key": step.key, "compiled": False, **err.to_dict()})
@@ -432,7 +429,6 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None, help="only steps whose key contains one of these words")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--probe", action="store_true")
     parser.add_argument("--trace", action="store_true", help="trace the steps in TRACED")
     parser.add_argument("--traced", action="store_true", help="only the steps in TRACED")
     parser.add_argument("--cache", default=None, help="JAX's persistent compilation cache folder")

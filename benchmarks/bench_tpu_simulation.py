@@ -20,16 +20,12 @@ import time
 import _common
 
 import bench_measured
-from companion import compiler, measured, results, schedule, targets, train
+from companion import compiler, measured, results, schedule, targets
 
 
 def simulate_step(step: bench_measured.Step, placement) -> dict:
-    trainer = bench_measured.trainer_of(step)
-    abstract = train.abstract_state(trainer, placement, step.batch, step.seq)
     started = time.perf_counter()
-    report = compiler.compile(trainer.jit_step(), *abstract.arguments(), placement=placement, flags=step.flags,
-                              host_arguments=abstract.host_arguments(trainer.state),
-                              workload=train.workload(trainer.cfg, 1, step.batch, step.seq))
+    report = bench_measured.compile_step(step, placement)
     compiled = time.perf_counter() - started
     sim = schedule.simulate(report)
     return {"key": step.key, "compile_seconds": compiled, "peak_bytes": report.device.peak_bytes,
