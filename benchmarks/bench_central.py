@@ -25,6 +25,16 @@ there) and the decoder-layer carry offloaded, naive and pipelined.
 ``minimal_offloaded`` is left out: at B = 512 it needs ~297 GiB of pinned host memory per GPU, more than
 the Grace has behind each GPU (notebook 06, section 2).
 
+**The published experiment's space** (``SPACE``, issue #40; NVIDIA's July 2026 MaxText runs on Blackwell + Grace
+report pipelined offload +57 % over remat at "larger batch configurations", 165.2 GiB in use = 0.896 of a
+GB200): DeepSeek-V3 on 256 and 512 GB200 at fractions 0.85 and 0.90, experts within one NVL72 rack (EP 64,
+``ragged_buffer_factor`` 2: the receive buffer twice the balanced rows) beside EP 8 with the worst-case buffer
+(-1): full remat, the routed experts' activations offloaded (naive, pipelined), the layer input offloaded with
+the optimizer's moments (the planner's first choice at 0.85 before this search), each at its largest batch
+(compiled one sequence per GPU at a time until it no longer fits); Q/K/V offloaded and kept on the device at
+one sequence per GPU on both meshes; and the planner's own choice at 0.85 and 0.90 on 512 GB200 (EP 64,
+factor 2), compiled again and simulated. Rows carry ``space: true``.
+
 Results: benchmarks/results/central.json, stamped with ``results.stamp()`` (jaxlib, companion source).
 """
 
@@ -36,7 +46,7 @@ import _common
 
 import companion  # noqa: F401
 
-from companion import compiler, results, sharding, steps, targets, train  # noqa: E402
+from companion import compiler, plan, results, sharding, steps, targets, train  # noqa: E402
 
 PIPELINED = "--xla_gpu_enable_pipelined_host_offloading=true"
 CARRY = {"decoder_layer_input": "offload"}
@@ -97,20 +107,96 @@ CASES = [
 ]
 
 
-def row(model, target, mesh, seq, batch, label, policy, flags, dispatch) -> dict:
+# the published experiment's space (module docstring)
+MOE_OFF = dict.fromkeys(("moe_mlpwi_0", "moe_mlpwi_1", "moe_mlpwo"), "offload")  # the routed experts' activations
+OPT_OFF = train.StateConfig(optimizer_memory_host_offload=True)
+SPACE_SYSTEMS = (("gb200:64x4", 256), ("gb200:128x4", 512))
+SPACE_FRACTIONS = (0.85, 0.90)
+SPACE_MESHES = {"EP 64": (lambda n: f"fsdp={n // 64},expert=64", 2.0), "EP 8": (lambda n: f"fsdp={n // 8},expert=8", -1.0)}
+# on EP 64 at factor 2, each at its largest batch: (label, policy, flags, state, its naive twin at that batch?)
+SPACE_LARGEST = [
+    ("full remat", "full", None, train.StateConfig(), False),
+    ("MoE activations offloaded, pipelined", MOE_OFF, PIPELINED, train.StateConfig(), True),
+    ("layer input offloaded + optimizer offload, pipelined", CARRY, PIPELINED, OPT_OFF, False),
+]
+SPACE_FIXED = [  # one sequence per GPU, on both meshes, at the first fraction
+    ("QKV offloaded, pipelined", "qkv_proj_offloaded", PIPELINED, train.StateConfig()),
+    ("QKV kept on device", "save_qkv_proj", None, train.StateConfig()),
+]
+MAX_SEQUENCES_PER_GPU = 8
+
+
+def row(model, target, mesh, seq, batch, label, policy, flags, dispatch, *, state=train.StateConfig(),
+        factor: float | None = None, **meta) -> dict:
     from companion import models
 
     cfg = models.config(model)
     if dispatch is not None:
         cfg = cfg.with_moe(dispatch=dispatch)
+    if factor is not None:
+        cfg = cfg.with_moe(ragged_buffer_factor=factor)
     placement = compiler.place(target, sharding.active_axes(sharding.parse_mesh(mesh, target.num_devices)))
-    report = train.compile_step(train.trainer(cfg, policy), placement, batch, seq, flags=flags)
+    report = train.compile_step(train.trainer(cfg, policy, state=state), placement, batch, seq, flags=flags)
+    extra = {} if factor is None else {"ragged_buffer_factor": factor,
+                                       "optimizer_offload": state.optimizer_memory_host_offload, **meta}
     out = steps.record(report, label, layers=cfg.num_layers, model=model, target=target.name, mesh=mesh, seq=seq,
-                       batch=batch, policy=policy, flags=flags, dispatch=dispatch)
-    print(f"{model} on {target.name} B={batch} {label}: fits={report.fits} peak {report.device.peak_bytes / 2**30:.1f} "
-          f"GiB, host {report.host.total_bytes / 2**30:.1f} GiB, compile {report.compile_seconds:.0f} s, step "
-          f"{out['step_seconds']:.2f} s, {out['tokens_per_second']:.0f} tokens/s/GPU", flush=True)
+                       batch=batch, policy=policy, flags=flags, dispatch=dispatch, **extra)
+    print(f"{model} on {target.name} ({mesh}) B={batch} {label}: fits={report.fits} peak "
+          f"{report.device.peak_bytes / 2**30:.1f} GiB, host {report.host.total_bytes / 2**30:.1f} GiB, compile "
+          f"{report.compile_seconds:.0f} s, step {out['step_seconds']:.2f} s, {out['tokens_per_second']:.0f} "
+          "tokens/s/GPU", flush=True)
     return out
+
+
+def space_rows() -> list[dict]:
+    """The published experiment's space (module docstring): each row a compiled, simulated step. A policy's
+    largest batch is searched one sequence per GPU at a time from one (at the first fraction) or from its
+    largest at the first fraction less one (at a larger fraction usable HBM only grew; two fitting batches give
+    ``companion.requirement`` its line), up to ``MAX_SEQUENCES_PER_GPU``."""
+    model, seq, out = "deepseek-v3-671b", 4096, []
+    for key, n in SPACE_SYSTEMS:
+        found: dict[str, int] = {}
+        for fraction in SPACE_FRACTIONS:
+            target = targets.target(key, mem_fraction=fraction)
+            for mesh_name, (mesh_of, factor) in SPACE_MESHES.items():
+                mesh, common = mesh_of(n), dict(factor=factor, space=True, mesh_name=mesh_name)
+                if mesh_name == "EP 64":
+                    for label, policy, flags, state, twin in SPACE_LARGEST:
+                        largest = None
+                        start = max(1, found.get(label, 1) - 1)  # one below, so that each fraction has a batch line
+                        for per_gpu in range(start, MAX_SEQUENCES_PER_GPU + 1):  # until it does not fit
+                            r = row(model, target, mesh, seq, per_gpu * n, label, policy, flags, "grouped",
+                                    state=state, **common)
+                            out.append(r)
+                            if not r["fits"]:
+                                break
+                            largest = per_gpu
+                        found[label] = largest or 1
+                        if twin and largest:  # the same tensors offloaded without pipelining, at that batch
+                            out.append(row(model, target, mesh, seq, largest * n, label.replace("pipelined", "naive"),
+                                           policy, None, "grouped", state=state, **common))
+                if fraction == SPACE_FRACTIONS[0]:
+                    for label, policy, flags, state in SPACE_FIXED:
+                        out.append(row(model, target, mesh, seq, n, f"{label} ({mesh_name})", policy, flags,
+                                       "grouped", state=state, **common))
+    out += [planner_row(fraction) for fraction in SPACE_FRACTIONS]
+    return out
+
+
+def planner_row(fraction: float) -> dict:
+    """The planner's choice on 512 GB200 (EP 64, factor 2, S 4096) at ``fraction``, compiled again and simulated."""
+    from companion import models
+
+    cfg = models.config("deepseek-v3-671b").with_moe(ragged_buffer_factor=2.0)
+    target = targets.target("gb200:128x4", mem_fraction=fraction)
+    mesh = "fsdp=8,expert=64"
+    chosen = plan.plan(cfg, target, 4096, sharding.parse_mesh(mesh, target.num_devices), max_compiles=2)
+    c = chosen.chosen.candidate
+    print(f"planner at {fraction}: {chosen.summary().splitlines()[0]}", flush=True)
+    flags = PIPELINED if c.pipelined else None
+    return row("deepseek-v3-671b", target, mesh, 4096, c.batch, "planner's choice", dict(c.spec), flags, "grouped",
+               state=c.state, factor=2.0, space=True, mesh_name="EP 64", plan_spec=c.policy,
+               plan_pipelined=c.pipelined, plan_estimated_tflops=c.estimated_tflops)
 
 
 def main() -> None:
@@ -120,6 +206,7 @@ def main() -> None:
         for batch in batches:
             for label, policy, flags, dispatch in variants:
                 rows.append(row(model, target, mesh, seq, batch, label, policy, flags, dispatch))
+    rows += space_rows()
     _common.write("central", {"stamp": results.stamp(), "seconds": round(time.perf_counter() - start),
                               "rows": rows})
 

@@ -114,7 +114,7 @@ def _grid() -> list[Step]:
 LARGEST = (("minimal_offloaded", False), ("full", False), ("minimal", False), ("qkv_offload", False),
            ("mlp_offload", False), ("full", True))
 LARGEST_FOUND: dict[tuple[str, bool], int] = {("minimal_offloaded", False): 29, ("full", False): 33, ("minimal", False): 11,
-                                               ("qkv_offload", False): 33, ("mlp_offload", False): 28}
+                                               ("qkv_offload", False): 33, ("mlp_offload", False): 28, ("full", True): 37}
 OFFLOAD_TWINS = (("minimal_offloaded", "minimal"), ("qkv_offload", "qkv_device"), ("mlp_offload", "mlp_device"),
                  ("context_offload", "context_device"))
 # steps whose profiler trace is reduced per op (--trace): one per policy class at L4, B 8, S 2048
@@ -283,6 +283,43 @@ def kernels() -> dict:
     return out
 
 
+def op_overhead() -> dict:
+    """What one op costs beyond its work on the chip: chains of K dependent small ops in one program (no launch
+    between them), timed for several K — the slope is the seconds per op, the intercept the call's own cost.
+    Two kinds: a 256 x 256 bf16 matmul with a tanh (one fusion each, 33.6 MFLOP: ~0.2 us of MXU work), and an
+    elementwise op on 1 MiB (1 MiB read and written: ~2.6 us at the measured 635 GB/s) kept apart by an
+    optimization barrier so that XLA cannot fuse the chain into one kernel."""
+    key = jax.random.key(1)
+    w = jax.random.normal(key, (256, 256), jnp.bfloat16) * 0.05
+    x = jax.random.normal(key, (256, 256), jnp.bfloat16)
+    v = jnp.ones((512, 1024), jnp.bfloat16)  # 1 MiB
+
+    def matmuls(k):
+        def f(a, b):
+            for _ in range(k):
+                a = jnp.tanh(a @ b)
+            return a
+        return jax.jit(f)
+
+    def elementwise(k):
+        def f(a):
+            for _ in range(k):
+                a = jax.lax.optimization_barrier(a * 1.0001 + 0.5)
+            return a
+        return jax.jit(f)
+
+    out = {}
+    for name, make, args in (("matmul_256", matmuls, (x, w)), ("elementwise_1mib", elementwise, (v,))):
+        rows = [{"ops": k, "seconds": _time(make(k), *args, steps=20, warmup=3)} for k in (1, 64, 256, 1024)]
+        n = len(rows)
+        mean_k = sum(r["ops"] for r in rows) / n
+        mean_s = sum(r["seconds"] for r in rows) / n
+        slope = (sum((r["ops"] - mean_k) * (r["seconds"] - mean_s) for r in rows)
+                 / sum((r["ops"] - mean_k) ** 2 for r in rows))
+        out[name] = {"chains": rows, "seconds_per_op": slope, "intercept_seconds": mean_s - slope * mean_k}
+    return out
+
+
 def memory_probe() -> dict:
     """Which memory statistic sees a program's temporaries: programs with a known temporary (an optimization
     barrier keeps a 2, 4 or 8 GiB intermediate alive) and the runtime's counters after each. No filler: past
@@ -342,8 +379,10 @@ def run_part(args) -> dict:
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     measure.require_accelerator()
     out = {"part": args.part, "process": args.process, "environment": _environment()}
-    if args.part == "kernels":
-        for name, fn in (("kernels", kernels), ("memory_probe", memory_probe)):
+    if args.part in ("kernels", "overhead"):
+        parts = (("op_overhead", op_overhead),) if args.part == "overhead" else (("kernels", kernels),
+                                                                                  ("memory_probe", memory_probe))
+        for name, fn in parts:
             try:
                 out[name] = fn()
             except Exception as err:  # noqa: BLE001 - keep what the other part measured
@@ -420,7 +459,7 @@ def compile_only(only: list[str] | None, largest: bool) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("kernels", "grid", "ab"))
+    parser.add_argument("--part", choices=("kernels", "overhead", "grid", "ab"))
     parser.add_argument("--out", default=None, help="folder for this part's JSON (and traces)")
     parser.add_argument("--process", type=int, default=1)
     parser.add_argument("--start", type=int, default=0, help="skip the first N steps of the selection (resume)")

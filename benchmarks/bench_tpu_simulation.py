@@ -45,20 +45,26 @@ def main() -> None:
     m = measured.load()
     placement = compiler.place(targets.target(bench_measured.TARGET))
     path = _common.RESULTS / "tpu_simulation.json"
-    rows = {r["key"]: r for r in json.loads(path.read_text()).get("steps", [])} if (args.only and path.exists()) else {}
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=_common.ROOT).stdout.strip()
+    stored = json.loads(path.read_text()) if (args.only and path.exists()) else {}
+    rows = {r["key"]: r for r in stored.get("steps", [])}
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=_common.ROOT).stdout.strip()
+    # --only adds steps to a stored comparison: it keeps the commit that froze the prices, and says when each
+    # added step was simulated (the prices must be that commit's: tests/test_comparison.py holds them equal)
+    commit, added = stored.get("commit", head), dict(stored.get("added", {}))
     grid = {s.key: s for s in bench_measured.GRID}
     for step in m.steps:
         if not step.runs or (args.only and not any(w in step.key for w in args.only)):
             continue
         row = simulate_step(grid[step.key], placement)
         rows[step.key] = {**row, "measured_seconds": step.seconds, "held_out": measured.held_out(step.key)}
+        if stored:
+            added[step.key] = head
         print(f"{step.key:52} measured {step.seconds * 1e3:8.1f} ms  simulated {row['simulated_seconds'] * 1e3:8.1f} ms "
               f"({row['simulated_seconds'] / step.seconds - 1:+6.1%})  compile {row['compile_seconds']:.0f} s", flush=True)
         _common.write("tpu_simulation", {"stamp": results.stamp(), "commit": commit,
                                          "cost_model": {k: schedule.__dict__[k]["tpu-v5e"] for k in
                                                         ("MATMUL_EFFICIENCY", "HBM_EFFICIENCY", "KERNEL_GAP_SECONDS")},
-                                         "steps": list(rows.values())})
+                                         **({"added": added} if added else {}), "steps": list(rows.values())})
     summarize()
 
 

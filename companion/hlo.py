@@ -1017,6 +1017,28 @@ def flop_summary(module: HloModule, grouped_tile: int = GROUPED_GEMM_TILE_ROWS) 
                        {k: float(v) for k, v in by_class.items()})
 
 
+def einsum_runs(module: HloModule, einsum: str, phase: str) -> int:
+    """How many times per step the program runs the matmul JAX traced as ``einsum`` (its op name, e.g. a
+    router's ``bsd,de->bse``) in ``phase``: every copy XLA made of it (loop peeling, double buffering, a
+    collective pipeliner's prefetch) counted with its loop's trips."""
+    return sum(module.executions(i) for i in module.instructions()
+               if i.opcode in ("dot", "custom-call") and f"/{einsum}/" in i.op_name and phase_of(i.op_name) == phase
+               and dot_flops(module, i))
+
+
+def grouped_padding_flops(module: HloModule, grouped_tile: int = GROUPED_GEMM_TILE_ROWS) -> dict[str, float]:
+    """FLOPs the grouped GEMMs compute beyond their routed rows, by phase: whole tiles per expert and the
+    routing assumption's most-loaded device (``GroupedGemm.computed_rows`` against ``routed_rows``) — hardware
+    work that is not model work, so that hardware = model + recompute + this + a fused attention's extra."""
+    out: Counter = Counter()
+    for instr in module.instructions():
+        g = grouped_gemm(module, instr)
+        if g is not None:
+            out[phase_of(instr.op_name)] += (2.0 * (g.computed_rows(grouped_tile) - g.routed_rows) * g.k * g.n
+                                             * module.executions(instr))
+    return {k: float(v) for k, v in out.items()}
+
+
 @dataclasses.dataclass(frozen=True)
 class OpCost:
     """One kernel (or transfer, or collective) of the schedule and what it does per execution."""

@@ -55,9 +55,11 @@ def merge(parts: list[dict], step_defaults: dict | None = None, notes: tuple[str
     """One measured record from the parts ``bench_measured.py`` wrote (any order): the first grid
     process's record of each step, with every process's median and their spread. ``step_defaults`` fill
     step fields a part's code did not yet record (said in ``notes``, stored with the result); the kernels are
-    the newest kernels part's; a step's trace is kept from whichever process traced it."""
+    the newest kernels part's, the per-op overhead the newest overhead part's; a step's trace is kept from
+    whichever process traced it."""
     grids = sorted((p for p in parts if p.get("part") in ("grid", "largest")), key=lambda p: p.get("process", 1))
     kernels = max((p for p in parts if p.get("part") == "kernels"), key=lambda p: p["environment"]["date"], default={})
+    overhead = max((p for p in parts if p.get("part") == "overhead"), key=lambda p: p["environment"]["date"], default={})
     if not grids:
         raise ValueError("merge needs at least one grid part (bench_measured.py --part grid)")
     steps: dict[str, dict] = {}
@@ -84,7 +86,8 @@ def merge(parts: list[dict], step_defaults: dict | None = None, notes: tuple[str
         sessions.setdefault(part["environment"]["stamp"]["companion_source"], part["environment"])
     return {"environment": grids[0]["environment"], "sessions": sorted(sessions.values(), key=lambda e: e["date"]),
             "notes": list(notes), "kernels": kernels.get("kernels"),
-            "memory_probe": kernels.get("memory_probe"), "steps": list(steps.values()), "ab": ab}
+            "memory_probe": kernels.get("memory_probe"), "op_overhead": overhead.get("op_overhead"),
+            "steps": list(steps.values()), "ab": ab}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -176,6 +176,22 @@ def largest_batch(model, target: Target, seq: int, policy="full", mesh: Mapping[
 # fit, 19 of them low, 10 by more than 1 %): candidates within 2 % of usable HBM are left to the next
 # batch step down, and the finalists are compiled
 BUDGET_MARGIN = 0.02
+# The budget's measured error on the grouped MoE path (the 65 DeepSeek-V3 steps stored in
+# benchmarks/results/central.json: EP 8 and 64, ragged_buffer_factor -1 and 2, 256 and 512 GB200, fractions 0.85
+# and 0.90, remat and offload policies; budget / compiled peak - 1): median |error| 3.9 %, from -16.0 % to
+# +29.4 %; among the steps that fit compiled it is at most 9.2 % over. Where it says "over" the compile can still
+# fit, so for a MoE model the planner keeps the candidates the budget puts up to that far above its cut and lets
+# the compile decide (tests/test_plan.py: no stored step that fits compiled is pruned).
+MOE_BUDGET_ERROR_RANGE = (-0.160, 0.294)
+MOE_BUDGET_MEDIAN_ERROR = 0.04
+MOE_BUDGET_OVERESTIMATE = 0.092
+
+
+def budget_keeps(cfg, device_bytes: int, usable_bytes: int) -> bool:
+    """The search's device rule: a budget under usable HBM less ``BUDGET_MARGIN``, widened for a MoE model by
+    the budget's worst measured overestimate of a step that fits (``MOE_BUDGET_OVERESTIMATE``)."""
+    over = MOE_BUDGET_OVERESTIMATE if cfg.moe is not None else 0.0
+    return device_bytes <= (1 - BUDGET_MARGIN) * (1 + over) * usable_bytes
 STATE_CHOICES = (train.StateConfig(), train.StateConfig(optimizer_memory_host_offload=True),
                  train.StateConfig(optimizer_memory_host_offload=True, parameter_memory_host_offload=True))
 PIPELINED_FLAG = xla_flags.PIPELINED_HOST_OFFLOADING
@@ -637,7 +653,7 @@ def search(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None
 
                     def fits(batch: int) -> bool:
                         b = budget_at(batch)
-                        return (b is not None and b.device_bytes <= (1 - BUDGET_MARGIN) * usable
+                        return (b is not None and budget_keeps(cfg, b.device_bytes, usable)
                                 and b.host_bytes <= host_limit)
 
                     if global_batch is not None:

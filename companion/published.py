@@ -221,3 +221,29 @@ def compare(r: PublishedRun, link: str | None = None, report=None) -> Comparison
     target = target.with_link(link) if link else target
     swept = bands.sweep(report, target, nic_per_gpu=r.nic_per_gpu, domain_gpus=r.domain_gpus)  # nominal included
     return Comparison(r, swept, seconds, target.link.key, report)
+
+
+# C2's step split by cause, and what-ifs of the MoE receive buffer (issue #40): the buffer's size is set by
+# design — MaxText's worst case (-1), MaxText at factor 2, and sized to the routed rows (factor 1: the rows a
+# dropless dispatch such as Megatron's receives under force-balanced routing) — never tuned to C2's error.
+C2_BUFFER_FACTORS = {"MaxText's worst case (-1)": -1.0, "MaxText at factor 2": 2.0, "sized to the routed rows (1)": 1.0}
+
+
+def split(c: Comparison) -> dict[str, float]:
+    """A comparison's simulated step by cause, in seconds at the frozen constants: the grouped GEMMs, the other
+    matmuls and attention, the memory-bound rest of the compute (routing, the receive buffer's permutations,
+    norms, the optimizer), copies, exposed collectives, exposed host transfers; they add up to the step (the compute
+    classes' busy seconds scaled to the step less what is exposed: launch gaps spread over them pro rata)."""
+    from . import collectives, schedule
+
+    model = schedule.CostModel(collectives=collectives.CollectiveModel(nic_per_gpu=c.run.nic_per_gpu,
+                                                                       domain_gpus=c.run.domain_gpus))
+    sim = schedule.prepare(c.report, cost_model=model).run()
+    busy = dict(sim.time_by_kind)
+    compute = {k: v for k, v in busy.items() if not k.startswith("collective")}
+    scale = (sim.step_seconds - sim.exposed_collective_seconds - sim.exposed_transfer_seconds) / sum(compute.values())
+    out = {"grouped GEMMs": compute.get("grouped_matmul", 0.0) * scale,
+           "matmuls and attention": (compute.get("matmul", 0.0) + compute.get("attention", 0.0)) * scale,
+           "memory-bound compute": compute.get("other_compute", 0.0) * scale, "copies": compute.get("copy", 0.0) * scale,
+           "exposed collectives": sim.exposed_collective_seconds, "exposed transfers": sim.exposed_transfer_seconds}
+    return out

@@ -164,15 +164,17 @@ def rules_of_thumb(rows_in: Mapping[str, tuple]) -> str:
 
 def policy_budgets(budgets: Mapping[str, Any]) -> str:
     """``{label: Budget}`` (with a target): device and host GiB per device, the verdict against usable
-    HBM, and the recompute each policy adds."""
+    HBM, against the host RAM behind the GPU (``fit``), and the recompute each policy adds."""
     rows = []
     for label, b in budgets.items():
-        margin = b.margin_bytes
+        margin, fit = b.margin_bytes, b.fit
         verdict = "" if margin is None else "fits" if margin >= 0 else f"over by {-margin / GiB:.1f}"
         if margin is not None and b.at_scheduler_limit:
             verdict += " (at the scheduler's limit: compile to check)"
+        host = ("" if fit is None else "fits" if fit.fits_host
+                else f"over by {(fit.host_bytes - fit.host_limit_bytes) / GiB:.1f}")
         rows.append({"policy": label, "device GiB": f"{b.device_bytes / GiB:.1f}",
-                     "host GiB": f"{b.host_bytes / GiB:.1f}", "usable HBM": verdict,
+                     "host GiB": f"{b.host_bytes / GiB:.1f}", "usable HBM": verdict, "host RAM": host,
                      "recompute TFLOP": f"{b.recompute_flops / 1e12:,.0f}"})
     return markdown(rows)
 
@@ -197,7 +199,8 @@ def largest_batches(rows: Iterable[Mapping[str, Any]]) -> str:
 
 def compared_steps(rows: Sequence[Mapping[str, Any]], against: str | None = None) -> str:
     """Stored step rows (``benchmarks/bench_central.py``): whether each fits (device and host), its peak and
-    pinned host bytes, the simulated step with its absolute band, tokens/s per GPU, and, against the row
+    pinned host bytes, the simulated step with its absolute band (or, for a model family no published run
+    calibrated, ``bands.uncalibrated``'s note), tokens/s per GPU, and, against the row
     labelled ``against`` (same system, batch and sweep), the tokens/s ratio with the paired band (a tie
     where the ranking flips inside it). A row that does not fit shows what it would take, unranked."""
     from . import bands
@@ -205,7 +208,7 @@ def compared_steps(rows: Sequence[Mapping[str, Any]], against: str | None = None
     base = next((r for r in rows if r["label"] == against), None) if against else None
     out = []
     for r in rows:
-        band = r.get("band")
+        band, off = r.get("band"), bands.uncalibrated(r.get("model"))
         vs = "-"
         if r is not base and base is not None and "sweep" in r and "sweep" in base:
             vs = bands.rank_records(r, base).short()
@@ -216,8 +219,9 @@ def compared_steps(rows: Sequence[Mapping[str, Any]], against: str | None = None
         out.append({"policy": r["label"], "B": r["batch"], "fits": fits,
                     "peak GiB": f"{r['device_peak_bytes'] / GiB:.1f} of {r['usable_hbm_bytes'] / GiB:.1f}",
                     "host GiB": f"{r['host_bytes'] / GiB:.1f}",
-                    "step s": (f"{r['step_seconds']:.2f} ({band['low_seconds']:.2f}-{band['high_seconds']:.2f})" if band
-                               else f"({r['step_seconds']:.2f}, would take)"),
+                    "step s": (f"({r['step_seconds']:.2f}, would take)" if not band
+                               else f"{r['step_seconds']:.2f} ({off})" if off
+                               else f"{r['step_seconds']:.2f} ({band['low_seconds']:.2f}-{band['high_seconds']:.2f})"),
                     "tokens/s per GPU": f"{r['tokens_per_second']:,.0f}" if r["fits"] else "-",
                     f"vs {against}" if against else "vs": vs,
                     "recompute TFLOP": f"{r['recompute_flops'] / 1e12:,.0f}",
@@ -229,7 +233,7 @@ def compared_steps(rows: Sequence[Mapping[str, Any]], against: str | None = None
 def pipelining_verdicts(rows: Sequence[Mapping[str, Any]]) -> str:
     """Per naive offload row that carries ``conditions`` (``companion.pipelining``, stored by
     ``bench_central``): the four conditions, what they expect, and what the pipelined twin (the same
-    case with "pipelined" for "naive" in its label) measured against it, with the paired band."""
+    case with "pipelined" for "naive" in its label) simulated against it, with the paired band."""
     from . import bands
 
     def case(r):
@@ -241,15 +245,15 @@ def pipelining_verdicts(rows: Sequence[Mapping[str, Any]]) -> str:
             continue
         twin = next((p for p in rows if case(p) == case(r) and p["label"] == r["label"].replace("naive", "pipelined")),
                     None)
-        measured = "-"
+        simulated = "-"
         if twin is not None and "sweep" in twin:
-            measured = bands.rank_records(twin, r).short()
+            simulated = bands.rank_records(twin, r).short()
         elif twin is not None:
-            measured = "pipelined does not fit"
+            simulated = "pipelined does not fit"
         conditions = {k: v for k, v in r["conditions"].items() if k != "expect_gain"}
         out.append({"case": f"{r['model']} on {r['target']}, B={r['batch']}, S={r['seq']}, fraction {r['mem_fraction']:g}: "
                             f"{r['label'].rsplit(',', 1)[0]}",
-                    **conditions, "pipelined vs naive (measured)": measured})
+                    **conditions, "pipelined vs naive (simulated, paired band)": simulated})
     return markdown(out)
 
 
@@ -285,5 +289,5 @@ def workaround_costs(rows: Sequence[Mapping[str, Any]], pairs: Sequence[tuple[st
                     "a/b tokens/s, copy engine": f"{c.ratios[workaround.COPY_ENGINE]:.3f}x",
                     "a/b, kernel nominal": f"{c.ratios[workaround.NOMINAL]:.3f}x",
                     "a/b, kernel range": f"{low:.3f}-{high:.3f}x",
-                    "verdict": c.verdict if c.verdict == workaround.UNKNOWN else f"{c.verdict} faster"})
+                    "verdict": c.verdict if c.verdict in (workaround.UNKNOWN, workaround.TIE) else f"{c.verdict} faster"})
     return markdown(out)

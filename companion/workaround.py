@@ -36,6 +36,7 @@ from .targets import HostLink
 COPY_ENGINE = "copy engine"  # the transfers priced as copy-engine DMA, with no SM time (the lab's old pricing)
 NOMINAL = "kernel, nominal"
 UNKNOWN = "unknown on this link"
+TIE = "a tie within the model error"  # every corner agrees, by less than the paired band's model error
 
 
 @functools.cache
@@ -137,16 +138,20 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        """``a`` or ``b`` where every corner of the kernel range agrees, else ``UNKNOWN``."""
+        """``a`` or ``b`` where every corner of the kernel range agrees by more than the method's error on
+        ratios (``bands.PAIRED_MODEL_ERROR``); ``TIE`` where they agree by less; ``UNKNOWN`` where they disagree."""
         low, high = self.corner_range
-        return self.a if low > 1 else self.b if high < 1 else UNKNOWN
+        if not (low > 1 or high < 1):
+            return UNKNOWN
+        error = bands.PAIRED_MODEL_ERROR
+        return self.a if low / (1 + error) > 1 else self.b if high / (1 - error) < 1 else TIE
 
     def summary(self) -> str:
         low, high = self.corner_range
         old = self.ratios[COPY_ENGINE]
         head = (f"{self.a} vs {self.b}: {self.ratios[NOMINAL]:.3f}x at the nominal kernel pricing, "
                 f"{low:.3f}-{high:.3f}x over the kernel range (priced as copy engines: {old:.3f}x)")
-        return f"{head}: {self.verdict if self.verdict == UNKNOWN else self.verdict + ' is faster'}"
+        return f"{head}: {self.verdict if self.verdict in (UNKNOWN, TIE) else self.verdict + ' is faster'}"
 
     def to_dict(self) -> dict:
         return {"a": self.a, "b": self.b, "ratios": dict(self.ratios), "corner_range": list(self.corner_range),

@@ -1,5 +1,6 @@
-"""Error bands: the absolute band's calibration term is the benchmark's, and rankings are ties exactly
-when the sweep of the simulator's constants flips them."""
+"""Error bands: the absolute band's calibration term is the benchmark's, the paired band's model-error term
+the TPU comparison's, and rankings are ties exactly when the sweep of the simulator's constants, widened by
+that term, holds 1."""
 
 import json
 from pathlib import Path
@@ -22,6 +23,29 @@ def test_the_calibration_error_is_the_benchmarks_worst():
     assert round(max(errors), 3) == result["worst_abs_error"]
 
 
+def test_the_paired_model_error_is_the_tpu_training_halfs_and_holds_c4():
+    """The term is the largest paired error on the measured TPU pairs' training half; C4, the one published
+    GPU ratio (openxla/xla #32297, ~1.12 on GB200), falls inside the band the lab draws around its simulation
+    (its constants' spread alone does not hold it by much: 1.116 of 1.12)."""
+    tpu = json.loads((ROOT / "benchmarks" / "results" / "tpu_simulation.json").read_text())["summary"]["band"]
+    assert bands.PAIRED_MODEL_ERROR == round(tpu["band"], 4)
+    c4 = next(r for r in json.loads((ROOT / "benchmarks" / "results" / "calibration.json").read_text())["relative"]
+              if r["key"] == "C4-pipelined" and not r["what_if"])
+    low, high = c4["paired_band"]
+    r = bands.Ranking("C4-pipelined", "C4-naive", c4["simulated_ratio"], low, high)
+    assert r.band_low <= c4["measured_ratio"] <= r.band_high
+    assert bands.Ranking("a", "b", 1.10, 1.09, 1.11).tie  # a 10 % gain is inside the method's error
+    assert not bands.Ranking("a", "b", 1.10, 1.09, 1.11, model_error=0.0).tie
+
+
+def test_moe_steps_carry_c2s_error_not_the_dense_band():
+    result = json.loads((ROOT / "benchmarks" / "results" / "calibration.json").read_text())
+    key, error = bands.UNCALIBRATED["moe"]
+    assert round(next(r["error"] for r in result["runs"] if r["key"] == key), 3) == error
+    assert bands.uncalibrated("deepseek-v3-671b") == "uncalibrated: C2-dsv3-256 +319%"
+    assert bands.uncalibrated("llama3.1-405b") is None and bands.uncalibrated(None) is None
+
+
 def test_a_ranking_that_flips_inside_the_sweep_is_a_tie():
     a = _sweep(1.00, (0.97, 1.02, 0.99))
     b = _sweep(1.01, (1.00, 1.00, 1.00))
@@ -31,11 +55,12 @@ def test_a_ranking_that_flips_inside_the_sweep_is_a_tie():
 
 
 def test_a_ranking_that_holds_over_the_sweep_is_a_ranking():
-    a = _sweep(0.90, (0.88, 0.93, 0.95))
+    a = _sweep(0.70, (0.69, 0.71, 0.72))
     b = _sweep(1.00, (0.97, 1.01, 1.04))
     r = bands.rank(a, b, ("offload", "remat"))
-    assert not r.tie and r.faster == "offload" and r.low > 1
-    assert r.summary().startswith("offload is 1.111x remat's tokens/s")
+    assert not r.tie and r.faster == "offload" and r.band_low > 1
+    assert bands.rank(_sweep(0.90, (0.88, 0.93, 0.95)), b).tie  # 1.05-1.11x: inside the model error
+    assert r.summary().startswith("offload is 1.429x remat's tokens/s")
     assert bands.rank(b, a, ("remat", "offload")).faster == "offload"
 
 
@@ -76,8 +101,9 @@ def tiny_steps():
 def test_a_step_against_itself_is_a_tie_and_different_steps_rank(tiny_steps):
     full = bands.sweep(tiny_steps["full"])
     assert bands.rank(full, bands.sweep(tiny_steps["full"])).tie
-    r = bands.rank(full, bands.sweep(tiny_steps["minimal"]), ("full", "minimal"))
-    assert not r.tie and r.faster == "minimal"
+    r = bands.rank(full, bands.sweep(tiny_steps["minimal"]), ("full", "minimal"), model_error=0.0)
+    assert not r.tie and r.faster == "minimal"  # the constants alone rank them: ~3 % apart ...
+    assert bands.rank(full, bands.sweep(tiny_steps["minimal"])).tie  # ... inside the method's error on ratios
     copy_engines = bands.rank(full, bands.sweep(tiny_steps["copy engines"]), ("full", "minimal_offloaded"))
     # the #46231 workaround's transfer kernels: their unknown rate and SM share widen the same pair's band
     kernels = bands.rank(full, bands.sweep(tiny_steps["minimal_offloaded"]), ("full", "minimal_offloaded"))
@@ -92,7 +118,9 @@ def test_cli_simulate_prints_a_tie_or_a_ranking(capsys):
     assert "full vs full: a tie" in capsys.readouterr().out
     assert cli.main(args + ["--policy", "full", "--against", "minimal", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["ranking"]["tie"] is False and out["ranking"]["faster"] == "minimal"
+    ranking = out["ranking"]  # ~3 % apart: ranked by the constants' spread alone, a tie within the model error
+    assert ranking["low"] > 1 or ranking["high"] < 1
+    assert ranking["tie"] is True and ranking["band"][0] < 1 < ranking["band"][1] and ranking["faster"] is None
     band = out["error_band_abs"]
     assert band["low_seconds"] < out["step_seconds"] < band["high_seconds"]
     assert len(out["error_band_paired"]["sample_seconds"]) == bands.SAMPLES

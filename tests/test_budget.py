@@ -299,6 +299,11 @@ def test_a_peak_at_the_schedulers_limit_is_flagged_as_the_heaps_call():
     assert under.fits and not under.at_scheduler_limit and "compile to check" not in under.table()
     table = tables.policy_budgets({"405B": at_limit, "8B": under})
     assert table.count("compile to check") == 1
+    # DeepSeek-V3's routed outputs at MaxText's worst-case buffer: on the host, over the RAM behind each GPU
+    big_host = budget.estimate("deepseek-v3-671b", 512, 4096, "minimal_offloaded", {"fsdp": 64, "expert": 8},
+                               target=targets.target("gb200", 512))
+    assert big_host.fit.fits_device and not big_host.fit.fits_host
+    assert "| fits | over by " in tables.policy_budgets({"671B": big_host})
 
 
 def test_the_microbatch_loop_scatters_the_target_logits_gradient_apart():

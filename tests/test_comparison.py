@@ -22,6 +22,17 @@ def test_every_step_that_ran_is_simulated_and_split_by_the_fixed_rule(stored):
         assert s.measured_seconds == m.step(s.key).seconds and s.simulated_seconds > 0
 
 
+def test_the_stored_comparison_was_priced_with_this_checkouts_v5e_table():
+    """Steps added later (``--only``) keep the pricing commit: the tables must still be the ones it froze."""
+    import json
+
+    from companion import schedule
+
+    stored = json.loads(comparison.RESULTS.read_text())
+    assert stored["cost_model"] == {k: getattr(schedule, k)["tpu-v5e"]
+                                    for k in ("MATMUL_EFFICIENCY", "HBM_EFFICIENCY", "KERNEL_GAP_SECONDS")}
+
+
 def test_absolute_errors_are_the_held_out_halfs(stored):
     _, c = stored
     errors = [abs(s.simulated_seconds / s.measured_seconds - 1) for s in c.steps if s.held_out]

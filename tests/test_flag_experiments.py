@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from companion import cli, compiler, experiments, flags, hlo, models, pgle, schedule, targets, train
+from companion import bands, cli, compiler, experiments, flags, hlo, models, pgle, schedule, targets, train
 
 STACK = models.config("llama3.1-8b", num_layers=4)
 B, S = 8, 4096
@@ -47,10 +47,11 @@ def test_lhs_off_moves_the_host_transfers_and_the_simulator_prices_it(lhs_runs):
                            "xla_gpu_enable_latency_hiding_scheduler": False}
     row = base.row()
     assert row["changed"] == "(baseline)" and row["host GiB"] > 0 and row["step ms"] > 0
-    # ranked against the baseline with the paired band: the same schedule ties, a moved one is ranked
+    # ranked against the baseline with the paired band: the same schedule ties (the band is the method's error
+    # alone); the moved one differs over the constants' whole spread, yet by less than the method's error
     ranked = experiments.rows(lhs_runs)
-    assert ranked[0]["vs baseline"] == "-" and ranked[1]["vs baseline"].startswith("tie (1.000-1.000)")
-    assert not ranked[2]["vs baseline"].startswith("tie")
+    assert ranked[0]["vs baseline"] == "-" and ranked[1]["vs baseline"].startswith("tie (0.895-1.133)")
+    assert not bands.rank(off.sweep, base.sweep, model_error=0.0).tie and ranked[2]["vs baseline"].startswith("tie")
     # the change is split by cause, and the parts add up to it
     parts = off.attribution(base)
     assert sum(parts.values()) == pytest.approx(off.simulation.step_seconds - base.simulation.step_seconds, abs=1e-12)
@@ -63,6 +64,34 @@ def test_lhs_off_moves_the_host_transfers_and_the_simulator_prices_it(lhs_runs):
     per_layer = base.seconds_per_layer(STACK.num_layers)
     assert 0 < per_layer * STACK.num_layers < base.simulation.step_seconds
     assert experiments.rows(lhs_runs, layers=STACK.num_layers)[0]["ms per layer (steady)"] == round(per_layer * 1e3, 2)
+
+
+def test_layers_per_iteration_are_read_off_the_loop_body_not_the_trips(placement):
+    """16 layers: MaxText's double buffering puts two layers in each loop iteration, and pipelined host offload
+    peels a second backward iteration into the entry, so that loop runs 6 trips of 2 layers (4 outside it) —
+    16 / 6 rounds to 3. The layers an iteration holds come from its matmuls; XLA's own clone names agree."""
+    deep = models.config("llama3.1-8b", num_layers=16)
+    runs = experiments.run(lambda fs: train.compile_layer_stack(deep, "minimal_offloaded", placement, B, S, flags=fs),
+                           {"maxtext": None, "pipelined": "--xla_gpu_enable_pipelined_host_offloading=true",
+                            "no double buffering": "--xla_gpu_enable_while_loop_double_buffering=false"})
+    naive, pipelined, single = runs
+    assert [lp.trips for lp in hlo.loops(pipelined.report.module)] == [7, 6]
+    for run, held in ((naive, 2), (pipelined, 2), (single, 1)):
+        module = run.report.module
+        for loop, layers in run.loop_layers(deep.num_layers):
+            assert layers == held and loop.trips * layers <= deep.num_layers
+            # the double-buffered body is the layer and XLA's clone of it: half its matmul kernels are clones
+            matmuls = [i for i in module.computations[loop.body].instructions if hlo.dot_flops(module, i)]
+            clones = sum(".double_buffer_clone" in i.name for i in matmuls)
+            assert matmuls and clones * held == len(matmuls) * (held - 1)
+        steady = sum(run.simulation.loop_iteration_seconds[lp.body] / held for lp in hlo.loops(module))
+        assert run.seconds_per_layer(deep.num_layers) == pytest.approx(steady, rel=1e-12)
+    rows = experiments.rows(runs, layers=deep.num_layers)
+    assert [r["loops: trips x layers"] for r in rows] == ["7x2, 7x2", "7x2, 6x2", "15x1, 14x1"]
+    # per layer, the pipelined loops' gain over MaxText's is what their iterations say, two layers each
+    gain = naive.seconds_per_layer(16) / pipelined.seconds_per_layer(16)
+    assert gain == pytest.approx(sum(naive.simulation.loop_iteration_seconds.values())
+                                 / sum(pipelined.simulation.loop_iteration_seconds.values()))
 
 
 def test_experiments_validate_every_flag_set_before_compiling():

@@ -120,7 +120,7 @@ def test_the_stored_chip_measurements_hold_together():
     for env in m.sessions:
         assert env["device_kind"] == "TPU v5 lite" and env["jax"] == env["jaxlib"] == "0.10.2" and env["libtpu"]
         assert len(env["stamp"]["companion_source"]) == 16 and len(env["commit"]) == 40
-    assert len(m.sessions) == 2 and m.environment == m.sessions[0]
+    assert len(m.sessions) == 3 and m.environment == m.sessions[0]
     ran = [s for s in m.steps if s.runs]
     assert len(ran) >= 24 and len(m.steps) > len(ran)
     for s in ran:
@@ -128,8 +128,10 @@ def test_the_stored_chip_measurements_hold_together():
         assert timing["min"] <= s.seconds <= timing["max"] and len(timing["seconds"]) >= 3
         assert s.compiled_peak_bytes <= usable
         assert (s.host_bytes > 0) == ("offload" in s.policy or s.optimizer_offload)
-        # XLA:TPU recomputed on its own (``.remat`` clones) only in the S 32K steps, each within 10 % of the limit
-        assert (s.record["compile"]["xla_rematerialized"] > 0) == (s.seq == 32768)
+        # XLA:TPU recomputed on its own (``.remat`` clones) only where its plan met the limit: the S 32K steps and
+        # full remat with optimizer offload at its largest batch (B 37: 99.7 % of usable HBM)
+        near_limit = s.compiled_peak_bytes > 0.99 * usable
+        assert (s.record["compile"]["xla_rematerialized"] > 0) == (s.seq == 32768 or near_limit)
     for s in m.steps:  # refused at compile, or compiled over usable HBM and (rightly) not run
         if not s.runs:
             assert s.record["verdict"] == {**s.record["verdict"], "status": "does_not_fit", "stage": "compile"}
@@ -143,7 +145,7 @@ def test_the_stored_chip_measurements_hold_together():
 
 
 def _limit_share(s) -> float:
-    return (s.compiled_peak_bytes or s.needed_bytes) / s.record["compile"].get("usable_hbm_bytes", 16_911_433_728)
+    return (s.compiled_peak_bytes or s.needed_bytes) / s.record["compile"].get("usable_hbm_bytes", measured.USABLE_HBM_BYTES)
 
 
 def test_the_grid_meets_its_counts_near_the_limit_and_across_it():
@@ -161,7 +163,7 @@ def test_the_grid_meets_its_counts_near_the_limit_and_across_it():
     largest = [(p, b) for (layers, b, seq, kernel, flags, opt), shape in by_shape.items() for p, s in shape.items()
                if (layers, seq, kernel, flags) == (4, 2048, "jax", None) and s.runs
                and p in by_shape.get((4, b + 1, 2048, "jax", None, opt), {}) and not by_shape[(4, b + 1, 2048, "jax", None, opt)][p].runs]
-    assert len(largest) >= 5 and all(b >= 11 for _, b in largest)  # each policy's largest batch, and one beyond refused
+    assert len(largest) >= 6 and all(b >= 11 for _, b in largest)  # each policy's largest batch, and one beyond refused
     assert {s.seq for s in m.steps if s.runs} >= {2048, 4096, 8192, 16384, 32768}
     assert {s.layers for s in m.steps if s.runs} >= {2, 4, 8}
     assert sum(s.flags == "maxtext_host_offload" and s.runs for s in m.steps) >= 5
@@ -187,9 +189,11 @@ def test_the_host_link_and_the_ab_checks_as_measured():
     v5e = targets.TPUS["tpu-v5e"].host_link
     assert v5e.achievable_d2h == pytest.approx(m.kernels["link"]["1024"]["trace"]["transfer_rates"]["d2h"], rel=0.01)
     assert v5e.achievable_h2d == pytest.approx(m.kernels["link"]["1024"]["trace"]["transfer_rates"]["h2d"], rel=0.01)
-    assert len(m.ab) >= 3
-    for row in m.ab:  # offloading changes where tensors live, not the math: the same loss, gradients to bf16 noise
-        assert row["finite"] and row["loss_diff"] == 0 and row["relative"] < 0.01
+    assert len(m.ab) >= 4
+    for row in m.ab:  # offloading changes where tensors live, not the math: the loss to within a few bf16 ulps of the
+        # fused forward (minimal_offloaded's program fuses differently from minimal's: 3e-6 relative), gradients to noise
+        assert row["finite"] and row["loss_diff"] <= 1e-5 * abs(row["loss_a"]) and row["relative"] < 0.01
+    assert sum(row["loss_diff"] == 0 for row in m.ab) == 3
 
 
 def test_compile_only_here_reproduces_the_chips_memory_analysis():

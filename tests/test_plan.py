@@ -268,3 +268,47 @@ def test_a_compiled_step_over_its_host_limit_does_not_fit():
     assert report.host.total_bytes > 0 and report.fits and report.host_limit_bytes > report.host.total_bytes
     starved = dataclasses.replace(report, host_limit_bytes=report.host.total_bytes - 1)
     assert not starved.fits and starved.fit.fits_device and "does not fit host RAM" in starved.summary()
+
+
+# ----------------------------------------------------------------------------- the budget on the MoE path
+
+def _moe_budget_rows():
+    """Every DeepSeek-V3 step benchmarks/bench_central.py compiled on the grouped path, with the budget of the
+    same configuration."""
+    from pathlib import Path
+
+    from companion import models, sharding
+
+    stored = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "central.json").read_text())
+    out = []
+    for r in stored["rows"]:
+        if r["model"] != "deepseek-v3-671b" or r["dispatch"] != "grouped":
+            continue
+        cfg = models.config(r["model"]).with_moe(ragged_buffer_factor=r.get("ragged_buffer_factor", -1.0))
+        target = targets.target(r["target"], mem_fraction=r["mem_fraction"])
+        state = train.StateConfig(optimizer_memory_host_offload=r.get("optimizer_offload", False))
+        b = budget.estimate(cfg, r["batch"], r["seq"], r["policy"], sharding.parse_mesh(r["mesh"], target.num_devices),
+                            target=target, state=state, flags=r["flags"])
+        out.append((r, cfg, b))
+    return out
+
+
+def test_the_planner_never_prunes_a_moe_step_that_fits_compiled():
+    """The budget's error on DeepSeek-V3's grouped path is the range ``plan.MOE_BUDGET_ERROR_RANGE`` states
+    (its median too), and the search's device rule keeps every step that compiled under usable HBM."""
+    rows = _moe_budget_rows()
+    errors = sorted(b.device_bytes / r["device_peak_bytes"] - 1 for r, _, b in rows)
+    assert len(rows) >= 60
+    low, high = plan.MOE_BUDGET_ERROR_RANGE
+    assert round(errors[0], 3) == low and round(errors[-1], 3) == high
+    assert round(sorted(abs(e) for e in errors)[len(errors) // 2], 2) == plan.MOE_BUDGET_MEDIAN_ERROR <= 0.05
+    fitting = [b.device_bytes / r["device_peak_bytes"] - 1 for r, _, b in rows if r["fits"]]
+    assert round(max(fitting), 3) == plan.MOE_BUDGET_OVERESTIMATE
+    pruned = [(r["label"], r["batch"], r["mesh"]) for r, cfg, b in rows
+              if r["fits"] and not plan.budget_keeps(cfg, b.device_bytes, r["usable_hbm_bytes"])]
+    assert pruned == []
+    from companion import models
+
+    usable = targets.target("h100", 8).usable_hbm_bytes  # a dense model keeps the plain 2 % margin
+    assert not plan.budget_keeps(models.config("llama3.1-8b"), usable, usable)
+    assert plan.budget_keeps(models.config("deepseek-v3-671b"), usable, usable)
