@@ -31,8 +31,8 @@ GB200): DeepSeek-V3 on 256 and 512 GB200 at fractions 0.85 and 0.90, experts wit
 ``ragged_buffer_factor`` 2: the receive buffer twice the balanced rows) beside EP 8 with the worst-case buffer
 (-1): full remat, the routed experts' activations offloaded (naive, pipelined), the layer input offloaded with
 the optimizer's moments (the planner's first choice at 0.85 before this search), each at its largest batch
-(compiled one sequence per GPU at a time until it no longer fits); Q/K/V offloaded and kept on the device at
-one sequence per GPU on both meshes; and the planner's own choice at 0.85 and 0.90 on 512 GB200 (EP 64,
+(compiled one sequence per GPU at a time until it no longer fits); full remat at B = 1024 on 512 GB200; Q/K/V
+offloaded and kept on the device at one sequence per GPU on both meshes; and the planner's own choice at 0.85 and 0.90 on 512 GB200 (EP 64,
 factor 2), compiled again and simulated. Rows carry ``space: true``.
 
 Results: benchmarks/results/central.json, stamped with ``results.stamp()`` (jaxlib, companion source).
@@ -119,11 +119,12 @@ SPACE_LARGEST = [
     ("MoE activations offloaded, pipelined", MOE_OFF, PIPELINED, train.StateConfig(), True),
     ("layer input offloaded + optimizer offload, pipelined", CARRY, PIPELINED, OPT_OFF, False),
 ]
-SPACE_FIXED = [  # one sequence per GPU, on both meshes, at the first fraction
+SPACE_FIXED = [  # one sequence per GPU, on both meshes
     ("QKV offloaded, pipelined", "qkv_proj_offloaded", PIPELINED, train.StateConfig()),
     ("QKV kept on device", "save_qkv_proj", None, train.StateConfig()),
 ]
 MAX_SEQUENCES_PER_GPU = 8
+FIXED_BATCH = 1024  # full remat on 512 GB200 at this global batch too, on both meshes and fractions
 
 
 def row(model, target, mesh, seq, batch, label, policy, flags, dispatch, *, state=train.StateConfig(),
@@ -175,10 +176,13 @@ def space_rows() -> list[dict]:
                         if twin and largest:  # the same tensors offloaded without pipelining, at that batch
                             out.append(row(model, target, mesh, seq, largest * n, label.replace("pipelined", "naive"),
                                            policy, None, "grouped", state=state, **common))
-                if fraction == SPACE_FRACTIONS[0]:
-                    for label, policy, flags, state in SPACE_FIXED:
-                        out.append(row(model, target, mesh, seq, n, f"{label} ({mesh_name})", policy, flags,
-                                       "grouped", state=state, **common))
+                for label, policy, flags, state in SPACE_FIXED:
+                    out.append(row(model, target, mesh, seq, n, f"{label} ({mesh_name})", policy, flags,
+                                   "grouped", state=state, **common))
+                have = {(r["label"], r["batch"], r["mesh"], r["mem_fraction"]) for r in out}
+                if n == 512 and ("full remat", FIXED_BATCH, mesh, fraction) not in have:  # the fixed global batch
+                    out.append(row(model, target, mesh, seq, FIXED_BATCH, "full remat", "full", None, "grouped",
+                                   **common))
     out += [planner_row(fraction) for fraction in SPACE_FRACTIONS]
     return out
 

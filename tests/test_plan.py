@@ -294,16 +294,17 @@ def _moe_budget_rows():
 
 
 def test_the_planner_never_prunes_a_moe_step_that_fits_compiled():
-    """The budget's error on DeepSeek-V3's grouped path is the range ``plan.MOE_BUDGET_ERROR_RANGE`` states
-    (its median too), and the search's device rule keeps every step that compiled under usable HBM."""
+    """The budget's error on DeepSeek-V3's grouped path is what ``plan``'s comment states (median |error| about 4 %,
+    within 5 %; from about -16 % to +29 %), its worst overestimate of a step that fits is
+    ``plan.MOE_BUDGET_OVERESTIMATE`` (to 0.5 %), and the search's device rule keeps every step that compiled under
+    usable HBM."""
     rows = _moe_budget_rows()
     errors = sorted(b.device_bytes / r["device_peak_bytes"] - 1 for r, _, b in rows)
     assert len(rows) >= 60
-    low, high = plan.MOE_BUDGET_ERROR_RANGE
-    assert round(errors[0], 3) == low and round(errors[-1], 3) == high
-    assert round(sorted(abs(e) for e in errors)[len(errors) // 2], 2) == plan.MOE_BUDGET_MEDIAN_ERROR <= 0.05
+    assert -0.17 < errors[0] < -0.15 and 0.28 < errors[-1] < 0.30
+    assert 0.035 <= sorted(abs(e) for e in errors)[len(errors) // 2] <= 0.045
     fitting = [b.device_bytes / r["device_peak_bytes"] - 1 for r, _, b in rows if r["fits"]]
-    assert round(max(fitting), 3) == plan.MOE_BUDGET_OVERESTIMATE
+    assert plan.MOE_BUDGET_OVERESTIMATE - 0.005 <= max(fitting) <= plan.MOE_BUDGET_OVERESTIMATE  # rounded up
     pruned = [(r["label"], r["batch"], r["mesh"]) for r, cfg, b in rows
               if r["fits"] and not plan.budget_keeps(cfg, b.device_bytes, r["usable_hbm_bytes"])]
     assert pruned == []
