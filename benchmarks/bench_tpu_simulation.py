@@ -51,6 +51,11 @@ def main() -> None:
     # --only adds steps to a stored comparison: it keeps the commit that froze the prices, and says when each
     # added step was simulated (the prices must be that commit's: tests/test_comparison.py holds them equal)
     commit, added = stored.get("commit", head), dict(stored.get("added", {}))
+    # a whole re-run reprices every step at this checkout; the comparisons it replaces stay on record (their
+    # commit and summary): the held-out half was seen before a reprice, and the record says so
+    earlier = json.loads(path.read_text()) if (not args.only and path.exists()) else {}
+    history = [*earlier.get("history", []), {"commit": earlier["commit"], "summary": earlier.get("summary")}] \
+        if earlier else stored.get("history", [])
     grid = {s.key: s for s in bench_measured.GRID}
     for step in m.steps:
         if not step.runs or (args.only and not any(w in step.key for w in args.only)):
@@ -64,7 +69,8 @@ def main() -> None:
         _common.write("tpu_simulation", {"stamp": results.stamp(), "commit": commit,
                                          "cost_model": {k: schedule.__dict__[k]["tpu-v5e"] for k in
                                                         ("MATMUL_EFFICIENCY", "HBM_EFFICIENCY", "KERNEL_GAP_SECONDS")},
-                                         **({"added": added} if added else {}), "steps": list(rows.values())})
+                                         **({"added": added} if added else {}),
+                                         **({"history": history} if history else {}), "steps": list(rows.values())})
     summarize()
 
 

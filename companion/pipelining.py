@@ -87,8 +87,7 @@ def _moved(report, simulator: Simulator) -> dict[tuple[str, str], float]:
     bytes at its engine's rate on the step's link (``HostLink.bandwidth_per_gpu``)."""
     link, out = simulator.target.link, {}
     for t in report.offload.transfers:
-        seconds = t.bytes_per_execution / link.bandwidth_per_gpu(t.direction, simulator.cost_model.concurrent_gpus,
-                                                                 t.engine)
+        seconds = t.bytes_per_execution / link.bandwidth_per_gpu(t.direction, simulator.concurrent_gpus(link), t.engine)
         out[t.computation, t.direction] = out.get((t.computation, t.direction), 0.0) + seconds
     return out
 

@@ -84,9 +84,11 @@ class StepTime:
 
 def step_time(report, target: Target, link: HostLink | None = None, concurrent_gpus: int | None = None) -> StepTime:
     """Estimate a ``CompileReport``'s step on ``target`` (its host link unless ``link`` is given;
-    transfers at the per-GPU bandwidth while ``concurrent_gpus`` sharing GPUs offload, default all; each at
+    transfers at the per-GPU bandwidth while ``concurrent_gpus`` sharing GPUs offload, default all the target has
+    on a host (``Target.transferring_together``); each at
     its engine's: a copy engine's, or a kernel's for the #46231 workaround's transfers, ``HostTransfer.engine``)."""
     link = link or target.link
+    concurrent_gpus = concurrent_gpus or target.transferring_together(link)
     costs = hlo.op_costs(report.module)
     compute = recompute = 0.0
     for cost in costs:
@@ -248,9 +250,9 @@ def offload_vs_recompute(offloaded_bytes: float, recompute_flops: float, target:
     """Price offloading a tensor against recomputing it on ``target``: its GPU's FLOP/s with its
     own host link (``target.link``; a swapped link is marked ``what_if``), at the achievable
     per-GPU bandwidth of each direction while ``concurrent_gpus`` of the GPUs sharing the link
-    and its host memory transfer at once (default: all of them, as in an SPMD step)."""
+    and its host memory transfer at once (default: all the target has on a host, as in an SPMD step)."""
     link = target.link
-    n = link.sharing_gpus if concurrent_gpus is None else concurrent_gpus
+    n = target.transferring_together() if concurrent_gpus is None else concurrent_gpus
     d2h = link.bandwidth_per_gpu("d2h", n)
     h2d = link.bandwidth_per_gpu("h2d", n)
     return OffloadPrice(

@@ -111,7 +111,8 @@ class CostModel:
     * ``collectives``: see ``companion.collectives``.
     * ``async_compute_limit``: None takes the compile's flag (XLA's default 2).
     * ``concurrent_gpus``: GPUs of the host link's sharing group that transfer at once; None is all
-      of them (an SPMD step offloads on every GPU together).
+      of them the target has on a host (an SPMD step offloads on every GPU together;
+      ``Target.transferring_together``).
     * ``transfer_kernel_sm_share``: the share of a compute kernel's throughput a concurrent transfer kernel
       takes (``engine == "kernel"``); None takes the link's (``TRANSFER_KERNEL_SM_SHARE``). An assumption:
       XLA launches the kernel over every element with no block cap, on a default-priority stream, so it can
@@ -728,12 +729,16 @@ class Simulator:
 
     def bandwidth(self, link: HostLink, engine: str = "copy_engine") -> dict[str, float]:
         """Bytes/s per GPU each way over ``link`` for transfers ``engine`` moves (``HostTransfer.engine``), with
-        ``cost_model.concurrent_gpus`` sharing it."""
-        return {d: link.bandwidth_per_gpu(d, self.cost_model.concurrent_gpus, engine) for d in targets.DIRECTIONS}
+        ``concurrent_gpus(link)`` sharing it."""
+        return {d: link.bandwidth_per_gpu(d, self.concurrent_gpus(link), engine) for d in targets.DIRECTIONS}
 
     def transfer_seconds(self, op: Op, link: HostLink) -> float:
         """One host transfer ``op``'s time on ``link`` at its engine's rate (the lab's pricing, not XLA's)."""
-        return op.bytes / link.bandwidth_per_gpu(op.lane, self.cost_model.concurrent_gpus, op.engine)
+        return op.bytes / link.bandwidth_per_gpu(op.lane, self.concurrent_gpus(link), op.engine)
+
+    def concurrent_gpus(self, link: HostLink | None = None) -> int:
+        """GPUs sharing ``link`` (default the target's) that transfer at once: the cost model's, else the target's."""
+        return self.cost_model.concurrent_gpus or self.target.transferring_together(link)
 
     @functools.cached_property
     def flops(self) -> hlo.FlopSummary:

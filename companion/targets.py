@@ -226,7 +226,8 @@ HOST_LINKS: dict[str, HostLink] = {
                      "14.75 GB/s d2h and 14.18 GB/s h2d per transfer (64 MiB-1 GiB, within 0.1 %)",),
             assumption="Google states no host-link rate for v5e: the rates are the lab's measurement on one chip of a "
                        "1-chip VM (the scaling book's ~15 GB/s agrees); the host DRAM rate behind 8 chips (100 GB/s) "
-                       "is assumed, not limiting at 15 GB/s x 8"),
+                       "is assumed: it would hold eight chips offloading at once to 12.5 GB/s each; one chip alone "
+                       "(the lab's one-chip targets, ``Target.transferring_together``) gets the link's measured rate"),
     )
 }
 
@@ -754,6 +755,13 @@ class Target:
     @property
     def num_devices(self) -> int:
         return self.topology.num_devices
+
+    def transferring_together(self, link: HostLink | None = None) -> int:
+        """Devices that move data over the host link (``link``, default this target's) or the host memory behind
+        it at once in an SPMD step: the link's sharing group, or fewer where the target has fewer devices on a
+        host. A one-chip TPU target is one chip alone on its host (the lent ct5lp-hightpu-1t VM): it gets the
+        link's own rate, not an eighth of an 8-chip host's memory."""
+        return min((link or self.link).sharing_gpus, self.topology.gpus_per_host)
 
     @property
     def hbm_bytes(self) -> int:

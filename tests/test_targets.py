@@ -54,6 +54,20 @@ def test_shared_links_divide_between_the_gpus_that_share_them():
         pcie.transfer_seconds(1, "d2h", 0)
 
 
+def test_a_target_shares_its_link_only_with_the_devices_it_has_on_a_host():
+    # an SPMD step on a full board offloads on every GPU at once: the sharing group divides the link
+    assert targets.target("gb200").transferring_together() == 2
+    assert targets.target("h100", "1x8").transferring_together() == 4  # PCIe: 4 GPUs per socket's memory
+    # one chip alone on its host (the lent v5e VM) gets the link's own measured rate, not an eighth of an
+    # 8-chip host's memory (100 GB/s / 8 = 12.5 GB/s, below the 14.75 GB/s measured)
+    v5e = targets.target("tpu-v5e")
+    assert v5e.transferring_together() == 1
+    assert v5e.link.bandwidth_per_gpu("d2h", v5e.transferring_together()) == v5e.link.achievable_d2h
+    assert v5e.link.bandwidth_per_gpu("d2h") < v5e.link.achievable_d2h  # eight chips at once would be capped
+    # a what-if link is counted by its own sharing group
+    assert targets.target("gb200", "1x8").transferring_together(targets.host_link("pcie5_x16")) == 4
+
+
 def test_usable_hbm_is_the_allocator_limit():
     t = targets.target("h100", "1x8")
     assert t.mem_fraction == 0.75
