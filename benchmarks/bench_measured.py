@@ -120,7 +120,10 @@ OFFLOAD_TWINS = (("minimal_offloaded", "minimal"), ("qkv_offload", "qkv_device")
 # steps whose profiler trace is reduced per op (--trace): one per policy class at L4, B 8, S 2048
 TRACED = ("L4-B8-S2048-full", "L4-B8-S2048-minimal", "L4-B8-S2048-qkv_offload", "L4-B8-S2048-mlp_offload",
           "L4-B8-S2048-context_offload", "L4-B8-S2048-minimal_offloaded", "L4-B8-S2048-full+opt_offload",
-          "L4-B8-S2048-minimal_offloaded+maxtext_host_offload", "L4-B8-S2048-context_offload+pallas")
+          "L4-B8-S2048-minimal_offloaded+maxtext_host_offload", "L4-B8-S2048-context_offload+pallas",
+          # the long sequences the simulator is fast on, and one with the Pallas kernel beside (fourth session)
+          "L4-B2-S8192-full", "L4-B2-S8192-full+pallas", "L4-B1-S16384-full", "L2-B1-S32768-qkv_offload")
+TRACE_OP_FLOOR_SECONDS = 1e-5  # per step: ops below it are summed into the trace's "other" (their count kept)
 GRID = _grid()
 
 
@@ -182,6 +185,12 @@ def measure_step(step: Step, placement, *, steps: int, warmup: int, trace_dir: s
     trace = os.path.join(trace_dir, step.key.replace("+", "_")) if trace_dir else None
     record = measure.train_step(trainer_of(step), placement, step.batch, step.seq, flags=step.flags, steps=steps,
                                 warmup=warmup, trace_dir=trace)
+    if record.get("trace_file"):  # every op's seconds per step, named as in the HLO: the per-op comparison's input
+        traced = measure.read_trace(record["trace_file"])
+        per_step = {name: seconds / max(1, traced.steps) for name, seconds in traced.op_seconds.items()}
+        kept = {name: s for name, s in per_step.items() if s >= TRACE_OP_FLOOR_SECONDS}
+        record["trace_ops"] = {"seconds_per_step": kept, "other_seconds": sum(per_step.values()) - sum(kept.values()),
+                               "other_ops": len(per_step) - len(kept)}
     return {"key": step.key, "step": dataclasses.asdict(step), **record}
 
 
