@@ -20,19 +20,26 @@ import time
 import _common
 
 import bench_measured
-from companion import compiler, measured, results, schedule, targets
+from companion import attribution, compiler, measured, results, schedule, targets
 
 
-def simulate_step(step: bench_measured.Step, placement) -> dict:
+def simulate_step(step: bench_measured.Step, placement, measured_ops: dict[str, float]) -> dict:
+    """One step compiled and replayed; a step the chip traced per op (``measured_ops``) also keeps its priced ops
+    (``attribution.priced_ops``: those over the trace's floor, and every op the trace names)."""
     started = time.perf_counter()
     report = bench_measured.compile_step(step, placement)
     compiled = time.perf_counter() - started
-    sim = schedule.simulate(report)
+    simulator = schedule.prepare(report)
+    sim = simulator.run()
+    ops = {}
+    if measured_ops:
+        ops = {name: row for name, row in attribution.priced_ops(simulator).items()
+               if row[0] >= bench_measured.TRACE_OP_FLOOR_SECONDS or name in measured_ops}
     return {"key": step.key, "compile_seconds": compiled, "peak_bytes": report.device.peak_bytes,
             "simulated_seconds": sim.step_seconds, "compute_seconds": sim.compute_seconds,
             "exposed_transfer_seconds": sim.exposed_transfer_seconds, "exposed_other_seconds": sim.exposed_other_seconds,
             "time_by_kind": {k: v for k, v in sim.time_by_kind.items() if v},
-            "xla_optimal_seconds": (report.xla_cost or {}).get("optimal_seconds")}
+            "xla_optimal_seconds": (report.xla_cost or {}).get("optimal_seconds"), **({"ops": ops} if ops else {})}
 
 
 def main() -> None:
@@ -60,7 +67,7 @@ def main() -> None:
     for step in m.steps:
         if not step.runs or (args.only and not any(w in step.key for w in args.only)):
             continue
-        row = simulate_step(grid[step.key], placement)
+        row = simulate_step(grid[step.key], placement, step.op_seconds)
         rows[step.key] = {**row, "measured_seconds": step.seconds, "held_out": measured.held_out(step.key)}
         if stored:
             added[step.key] = head

@@ -14,11 +14,8 @@ Importing ``companion`` prepares JAX, once, before it starts:
   except in a multi-process job (``companion.distributed``), whose backend may start only after
   ``jax.distributed.initialize``.
 
-Modules, from the ground up: ``targets``, ``flags`` and ``distributed`` (data and settings), ``hlo``
-and ``dump`` (reading XLA's output), ``compiler`` (function + target -> report), ``sharding``,
-``models`` and ``policies``, ``train`` and ``loop``, ``budget``, ``roofline``, ``collectives`` and
-``schedule`` (step time), ``experiments``, ``pgle`` and ``calibration``; ``widgets``, ``plots`` and
-``cli`` on top.
+The modules sit in layers, imports pointing only down: declared in ``companion.layers`` (held by
+``tests/test_layers.py``) and drawn in README's "Architecture" section (``scripts/architecture.py``).
 """
 
 import os

@@ -101,7 +101,7 @@ from .models.graph import LayerSizes, layer_graph, moe_sizes, parameter_specs, s
 from . import sharding, targets
 from .sharding import MESH_AXES, AxisRules, mesh_of
 from .targets import DEFAULT_MEM_FRACTION, Target, allocator_limit_bytes, check_mem_fraction
-from .train import StateConfig
+from .state import StateConfig
 
 GiB = 2**30
 SPACES = ("device", "host")
@@ -884,113 +884,126 @@ def _attention_working(cfg, z: LayerSizes, A: int, triton_gemm: bool, score_byte
     return size, (f"fp32 dQ, dK, dV + 4 fp32 [b, H, {blk}, {blk}] blocks + q, O, dO (the lab's flash backward)")
 
 
+def _sparse_moe_terms(label: str, z, S: int, D: int, A: int) -> list[Term]:
+    """The sparse paths' backward over the receive buffer of R rows (the grouped GEMM's or ``ragged_dot``'s):
+    the recomputed rows sorted by expert, the down projection's and the grouped GEMMs' input gradients and the
+    scatter-adds that transpose the row gathers (7 x R x D), the gate/up/product gradients (3 x R x F_e), the
+    token rows sent and received back (2 x rows x D), and the expert weights in fp32 gradients and in the
+    compute dtype. Compiled (jaxlib 0.10.2, DeepSeek-V3 671B, S=4096, one sequence per GPU, expert=8, the
+    worst-case buffer: R = 8 x rows) on 64 GB200 at fsdp=8, where the step peaks there."""
+    R, Fe, El = z.receive_rows, z.expert_F, z.experts
+    rows = z.b * S * z.topk
+    terms = [
+        Term("moe_hidden", f"{label}: routed experts' hidden tensors", 3 * R * Fe * A, "device", "transient",
+             f"3 x R x F_e x {A} B (R = {R} rows of the receive buffer)", "working"),
+        Term("moe_dispatch", f"{label}: dispatched rows", (7 * R + 2 * rows) * D * A, "device", "transient",
+             f"(7 x R + 2 x {rows} token rows) x D x {A} B", "working"),
+        Term("moe_weight_grads", f"{label}: expert weights (fp32 gradients, compute-dtype copies)",
+             3 * El * D * Fe * (4 + 2 * A), "device", "transient", "3 x E_local x D x F_e x (4 + 2 x 2) B", "working"),
+    ]
+    if z.routed_rows > R:
+        # ragged_dot's dense expansion (XLA's RaggedDotRewriter at jaxlib 0.10.2): the backward's operands
+        # broadcast to every local expert, three [R, E_local, D] buffers (compiled: 64 GB200, fsdp=8,expert=8,
+        # the worst-case buffer)
+        terms.append(Term("ragged_dot_expansion", f"{label}: ragged_dot's dense expansion: rows broadcast "
+                          "to every local expert (3)", 3 * R * El * max(D, Fe) * A, "device", "transient",
+                          f"3 x R x E_local x max(D, F_e) x {A} B", "working"))
+    return terms
+
+
+def _dense_moe_terms(label: str, z, E: int, S: int, D: int, A: int) -> list[Term]:
+    """MaxText's dense path at the layer's backward: the slots' hidden tensors, four [E_local, G, C, D] slot
+    buffers (the dispatch einsum's output, the down projection's, and their gradients), the one-hot masks
+    [b, S, E, C] (bool dispatch, compute-dtype combine) and two layers' expert weights in the compute dtype
+    (gathered under FSDP). Compiled (jaxlib 0.10.2, DeepSeek-V3 671B, capacity factor 1.25, one sequence per
+    GPU, expert=8, fsdp=64 on 512 GB200). Capacity -1 (no dispatch: every expert on every token,
+    [b, S, E_local, F_e] einsums) keeps eight hidden tensors and one slot buffer instead: the recomputed gate,
+    up and product, their three gradients and two transposed copies for the weight-gradient dots (compiled:
+    Mixtral 8x7B, B=512, S=4096, fsdp=64 on 64 H100, as MaxText's mixtral_8x1b.yml runs it)."""
+    El, Fe = z.experts, z.expert_F
+    C = z.capacity or z.S  # capacity -1: every expert's "slots" are every token
+    slots = z.groups_per_device * El * C
+    n_hidden, n_slots = (3, 4) if z.capacity else (8, 1)
+    terms = [
+        Term("moe_hidden", f"{label}: routed experts' hidden tensors ({n_hidden})", n_hidden * slots * Fe * A,
+             "device", "transient", f"{n_hidden} x E_local x G x C x F_e x {A} B", "working"),
+        Term("moe_dispatch", f"{label}: expert slots ({n_slots} buffer{'s' if n_slots > 1 else ''})",
+             n_slots * slots * D * A, "device", "transient",
+             f"{n_slots} x E_local x G x C x D x {A} B (G = {z.groups_per_device} sequences, C = {C} slots)",
+             "working"),
+    ]
+    if z.capacity:
+        terms.append(Term("moe_masks", f"{label}: dispatch and combine masks", z.b * S * E * C * (1 + A),
+                          "device", "transient", f"b x S x E x C x (1 + {A}) B", "working"))
+    terms.append(Term("moe_weights", f"{label}: expert weights in the compute dtype (2 layers)",
+                      2 * 3 * El * D * Fe * A, "device", "transient", f"2 x 3 x E_local x D x F_e x {A} B", "working"))
+    return terms
+
+
+def _mlp_terms(cfg, label: str, z, routed: bool, recomputed_keys: set[str], S: int, D: int, A: int,
+               tensor: int) -> list[Term]:
+    """The MLP's working tensors at the layer's backward: a routed layer's experts by its dispatch path and its
+    shared expert; a dense layer's recomputed gate and up, the down projection's input gradient and the fused
+    multiply's three outputs (without tensor parallelism one of the recomputed pair is already gone)."""
+    if not routed:
+        recomputed_mlp = bool({"gate", "up"} & recomputed_keys)
+        n_mlp = (6 if recomputed_mlp else 3) if tensor > 1 else (4 if recomputed_mlp else 3)
+        return [Term("mlp_hidden", f"{label}: MLP hidden tensors ({n_mlp})", n_mlp * z.b * S * z.F * A,
+                     "device", "transient", f"{n_mlp} x b x S x F/tensor x {A} B", "working")]
+    if cfg.moe.dispatch == "dense":
+        terms = _dense_moe_terms(label, z, cfg.moe.num_experts, S, D, A)
+    else:
+        terms = _sparse_moe_terms(label, z, S, D, A)
+    if z.shared_F:
+        terms.append(Term("shared_hidden", f"{label}: shared expert's hidden tensors", 4 * z.b * S * z.shared_F * A,
+                          "device", "transient", f"4 x b x S x F_shared x {A} B", "working"))
+    return terms
+
+
+def _gathered_weights_term(label: str, specs, stack: str, routed: bool, tensor: int, A: int, gathered: bool,
+                           prefetch: bool) -> Term:
+    """FSDP: the layer's weights gathered in the compute dtype; with pipelined all-gathers and double-buffered
+    loops (MaxText's flags) two layers' and a transposed bf16 copy of one MLP matrix for the backward matmuls
+    (a ``wrapped_transpose`` of a [D, F/tensor] matrix in the buffer assignment: Llama 3.1 8B fsdp=4,tensor=2
+    and 405B fsdp=64, jaxlib 0.10.2). Routed experts are sharded over `expert` and gathered inside the MoE
+    block (``moe_weight_grads``)."""
+    if not gathered:
+        return Term("layer_weights", f"{label}: layer weights in compute dtype", 0, "device", "transient",
+                    "no FSDP: the parameters' own buffers", "working")
+    mlp_w = _layer_weights(specs, stack, "mlp/shared/" if routed else "mlp/", tensor, A)
+    att_w = _layer_weights(specs, stack, "attention/", tensor, A)
+    layers_mlp, layers_att = (7 / 3, 2) if prefetch else (1, 1)
+    return Term("layer_weights", f"{label}: layer weights in compute dtype ({layers_att} layers)",
+                int(layers_mlp * mlp_w + layers_att * att_w), "device", "transient",
+                f"{layers_mlp:.3g} x MLP + {layers_att} x attention weights x {A} B", "working")
+
+
 def _layer_backward_terms(cfg, pol, graphs, b, S, D, V, A, mesh, specs, shards, flag_set, state,
                           score_bytes: int = SCORE_COPY_BYTES[0]) -> list[Term]:
-    """The working set of the largest layer's backward pass (see the module docstring);
+    """The working set of the largest layer's backward pass (see the module docstring): its attention, its MLP
+    (``_mlp_terms``), its gathered weights, its [b, S, D] scratch and the loss gradient the head keeps;
     ``score_bytes``: bytes per attention score the teaching attentions keep (``SCORE_COPY_BYTES``)."""
     best: list[Term] = []
     tensor, fsdp = mesh["tensor"], mesh["fsdp"]
     flags = flag_set.flags
     prefetch = fsdp > 1 and flags.get("xla_gpu_enable_pipelined_all_gather", False)
+    # under tensor parallelism the residual stream's gradient in fp32 (before its reduction over `tensor`) and
+    # four [b, S, D] partial sums and converts in the compute dtype
+    scratch, scratch_text = (4 + 4 * A, "1 fp32 + 4 bf16") if tensor > 1 else (4 + 2 * A, "1 fp32 + 2 bf16")
     for label, count, routed, z, g, residuals, recomputed in graphs:
         stack = next(name for name, _, r in cfg.stacks() if r == routed)
-        recomputed_keys = {n.key for n in recomputed}
         attention_bytes, attention_formula = _attention_working(cfg, z, A, flags.get("xla_gpu_enable_triton_gemm", True),
                                                                 score_bytes)
-        mlp = []
-        if routed and cfg.moe.dispatch != "dense":
-            # the sparse paths' backward over the receive buffer of R rows (the grouped GEMM's or
-            # ragged_dot's): the recomputed rows sorted by expert, the down projection's and the
-            # grouped GEMMs' input gradients and the scatter-adds that transpose the row gathers (7 x
-            # R x D), the gate/up/product gradients (3 x R x F_e), the token rows sent and received
-            # back (2 x rows x D), and the expert weights in fp32 gradients and in the compute dtype.
-            # Compiled (jaxlib 0.10.2, DeepSeek-V3 671B, S=4096, one sequence per GPU, expert=8, the
-            # worst-case buffer: R = 8 x rows) on 64 GB200 at fsdp=8, where the step peaks there
-            R, Fe, El = z.receive_rows, z.expert_F, z.experts
-            rows = z.b * S * z.topk
-            mlp.append(Term("moe_hidden", f"{label}: routed experts' hidden tensors", 3 * R * Fe * A,
-                            "device", "transient", f"3 x R x F_e x {A} B (R = {R} rows of the receive buffer)",
-                            "working"))
-            mlp.append(Term("moe_dispatch", f"{label}: dispatched rows", (7 * R + 2 * rows) * D * A, "device",
-                            "transient", f"(7 x R + 2 x {rows} token rows) x D x {A} B", "working"))
-            mlp.append(Term("moe_weight_grads", f"{label}: expert weights (fp32 gradients, compute-dtype copies)",
-                            3 * El * D * Fe * (4 + 2 * A), "device", "transient",
-                            "3 x E_local x D x F_e x (4 + 2 x 2) B", "working"))
-            if z.routed_rows > R:
-                # ragged_dot's dense expansion (XLA's RaggedDotRewriter at jaxlib 0.10.2): the backward's
-                # operands broadcast to every local expert, three [R, E_local, D] buffers (compiled: 64
-                # GB200, fsdp=8,expert=8, the worst-case buffer)
-                mlp.append(Term("ragged_dot_expansion", f"{label}: ragged_dot's dense expansion: rows broadcast "
-                                "to every local expert (3)", 3 * R * El * max(D, Fe) * A, "device", "transient",
-                                f"3 x R x E_local x max(D, F_e) x {A} B", "working"))
-        if routed and cfg.moe.dispatch == "dense":
-            # MaxText's dense path at the layer's backward: the slots' hidden tensors, four [E_local, G, C,
-            # D] slot buffers (the dispatch einsum's output, the down projection's, and their
-            # gradients), the one-hot masks [b, S, E, C] (bool dispatch, compute-dtype combine) and two
-            # layers' expert weights in the compute dtype (gathered under FSDP). Compiled (jaxlib 0.10.2,
-            # DeepSeek-V3 671B, capacity factor 1.25, one sequence per GPU, expert=8, fsdp=64 on 512 GB200)
-            # Capacity -1 (no dispatch: every expert on every token, [b, S, E_local, F_e] einsums) keeps
-            # eight hidden tensors and one slot buffer instead: the recomputed gate, up and product, their
-            # three gradients and two transposed copies for the weight-gradient dots (compiled: Mixtral
-            # 8x7B, B=512, S=4096, fsdp=64 on 64 H100, as MaxText's mixtral_8x1b.yml runs it)
-            El, Fe, E = z.experts, z.expert_F, cfg.moe.num_experts
-            C = z.capacity or z.S  # capacity -1: every expert's "slots" are every token
-            slots = z.groups_per_device * El * C
-            n_hidden, n_slots = (3, 4) if z.capacity else (8, 1)
-            mlp.append(Term("moe_hidden", f"{label}: routed experts' hidden tensors ({n_hidden})",
-                            n_hidden * slots * Fe * A, "device", "transient",
-                            f"{n_hidden} x E_local x G x C x F_e x {A} B", "working"))
-            mlp.append(Term("moe_dispatch", f"{label}: expert slots ({n_slots} buffer{'s' if n_slots > 1 else ''})",
-                            n_slots * slots * D * A, "device", "transient",
-                            f"{n_slots} x E_local x G x C x D x {A} B (G = {z.groups_per_device} sequences, "
-                            f"C = {C} slots)", "working"))
-            if z.capacity:
-                mlp.append(Term("moe_masks", f"{label}: dispatch and combine masks", z.b * S * E * C * (1 + A),
-                                "device", "transient", f"b x S x E x C x (1 + {A}) B", "working"))
-            mlp.append(Term("moe_weights", f"{label}: expert weights in the compute dtype (2 layers)",
-                            2 * 3 * El * D * Fe * A, "device", "transient", f"2 x 3 x E_local x D x F_e x {A} B",
-                            "working"))
-        if routed:
-            if z.shared_F:
-                mlp.append(Term("shared_hidden", f"{label}: shared expert's hidden tensors",
-                                4 * z.b * S * z.shared_F * A, "device", "transient",
-                                f"4 x b x S x F_shared x {A} B", "working"))
-        else:
-            # the recomputed gate and up, the down projection's input gradient and the fused multiply's
-            # three outputs; without tensor parallelism one of the recomputed pair is already gone
-            recomputed_mlp = bool({"gate", "up"} & recomputed_keys)
-            n_mlp = (6 if recomputed_mlp else 3) if tensor > 1 else (4 if recomputed_mlp else 3)
-            mlp.append(Term("mlp_hidden", f"{label}: MLP hidden tensors ({n_mlp})", n_mlp * z.b * S * z.F * A,
-                            "device", "transient", f"{n_mlp} x b x S x F/tensor x {A} B", "working"))
-        # FSDP: the layer's weights gathered in the compute dtype; with pipelined all-gathers and
-        # double-buffered loops (MaxText's flags) two layers' and a transposed bf16 copy of one MLP
-        # matrix for the backward matmuls (a ``wrapped_transpose`` of a [D, F/tensor] matrix in the
-        # buffer assignment: Llama 3.1 8B fsdp=4,tensor=2 and 405B fsdp=64, jaxlib 0.10.2)
-        if fsdp > 1 or state.parameter_memory_host_offload:
-            # routed experts are sharded over `expert` and gathered inside the MoE block (moe_weight_grads)
-            mlp_w = _layer_weights(specs, stack, "mlp/shared/" if routed else "mlp/", tensor, A)
-            att_w = _layer_weights(specs, stack, "attention/", tensor, A)
-            layers_mlp, layers_att = (7 / 3, 2) if prefetch else (1, 1)
-            gathered = int(layers_mlp * mlp_w + layers_att * att_w)
-            weights = Term("layer_weights", f"{label}: layer weights in compute dtype ({layers_att} layers)", gathered,
-                           "device", "transient", f"{layers_mlp:.3g} x MLP + {layers_att} x attention weights x {A} B",
-                           "working")
-        else:
-            weights = Term("layer_weights", f"{label}: layer weights in compute dtype", 0, "device", "transient",
-                           "no FSDP: the parameters' own buffers", "working")
-        # under tensor parallelism the residual stream's gradient in fp32 (before its reduction over
-        # `tensor`) and four [b, S, D] partial sums and converts in the compute dtype
-        scratch, scratch_text = (4 + 4 * A, "1 fp32 + 4 bf16") if tensor > 1 else (4 + 2 * A, "1 fp32 + 2 bf16")
         terms = [
             Term("attention", f"{label}: attention backward ({cfg.attention})", attention_bytes, "device", "transient",
                  attention_formula, "working"),
-            *mlp,
-            weights,
+            *_mlp_terms(cfg, label, z, routed, {n.key for n in recomputed}, S, D, A, tensor),
+            _gathered_weights_term(label, specs, stack, routed, tensor, A,
+                                   fsdp > 1 or state.parameter_memory_host_offload, prefetch),
             Term("scratch", f"{label}: [b, S, D] scratch ({scratch_text})", z.b * S * D * scratch, "device",
                  "transient", f"b x S x D x {scratch} B", "working"),
             Term("loss_grad", "loss gradient (fp32), kept for the head's weight gradient after the layer loop",
-                 z.b * S * V * 4, "device", "transient",
-                 "b x S x V/tensor x 4 B", "logits"),
+                 z.b * S * V * 4, "device", "transient", "b x S x V/tensor x 4 B", "logits"),
         ]
         if sum(t.bytes for t in terms) > sum(t.bytes for t in best):
             best = terms

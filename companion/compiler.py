@@ -26,7 +26,6 @@ ops on ``S(5)`` buffers, not fusions; the cost analysis counts a loop body once.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
 import functools
 import importlib.util
@@ -49,22 +48,11 @@ from . import descriptors
 from . import fit as fit_rule
 from . import dump as xla_dump
 from . import flags as xla_flags
-from . import hlo, libtpu, report_cache, stderr
+from . import hlo, libtpu, lowering, report_cache, stderr
 from .targets import Target
 
 BACKENDS = ("auto", "cuda", "gpu", "libtpu", "tpu", "cpu")
 COMPILE_ONLY = ("cuda", "libtpu")  # backends that compile for a topology with no device behind it
-
-# The platform ``compile`` is lowering a step for (tpu, cuda or cpu), for model code that picks a kernel by platform
-# (``models.flash``: the Pallas TPU kernel only where the step is lowered for a TPU, so that a GPU step's program
-# carries no TPU branch: one changed XLA:GPU's schedule of a Llama 2 7B step by 0.6 %).
-_LOWERING_FOR: contextvars.ContextVar[str | None] = contextvars.ContextVar("offload_lab_lowering_for", default=None)
-
-
-def lowering_platform() -> str:
-    """The platform the step being lowered is for: the placement's inside ``compile``, else this process's backend."""
-    return _LOWERING_FOR.get() or jax.default_backend()
-
 
 # ----------------------------------------------------------------------------- backend
 
@@ -529,12 +517,8 @@ def compile(fn: Callable, *args, placement: Placement,
         with stderr.capture() as log:
             start = time.perf_counter()
             platform = "tpu" if tpu else "cpu" if placement.backend == "cpu" else "cuda"
-            token = _LOWERING_FOR.set(platform)
-            try:
-                with jax.set_mesh(placement.mesh), _compute_capability(placement):
-                    lowered = jitted.lower(*args)
-            finally:
-                _LOWERING_FOR.reset(token)
+            with lowering.lowering_for(platform), jax.set_mesh(placement.mesh), _compute_capability(placement):
+                lowered = jitted.lower(*args)
             if host_arguments is not None:
                 _mark_host_arguments(lowered, host_arguments, len(jax.tree.leaves(args)))
             _refuse_aborting_combinations(flag_set, lowered)
@@ -707,9 +691,9 @@ def _mark_host_arguments(lowered, host: Sequence[bool], count: int) -> None:
 
     if len(host) != count:
         raise ValueError(f"host_arguments has {len(host)} flags for {count} argument leaves")
-    lowering = lowered._lowering  # jax.stages.Lowered keeps the module it compiles here
-    kept = sorted(lowering.compile_args.get("kept_var_idx") or range(count))
-    module = lowering.stablehlo()
+    jax_lowering = lowered._lowering  # jax.stages.Lowered keeps the module it compiles here
+    kept = sorted(jax_lowering.compile_args.get("kept_var_idx") or range(count))
+    module = jax_lowering.stablehlo()
     with module.context:
         main = next(op for op in module.body.operations
                     if "sym_name" in op.attributes and ir.StringAttr(op.attributes["sym_name"]).value == "main")

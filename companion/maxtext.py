@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 
 from . import policies
 from .models import configs as model_configs
-from .train import StateConfig
+from .state import StateConfig
 
 # MaxText model_name -> the lab's config: every model MaxText's GPU configs name (configs/gpu/models/*.yml), and
 # Llama 3.1 and DeepSeek-V3

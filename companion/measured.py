@@ -51,12 +51,15 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "meas
 USABLE_HBM_BYTES = 16_911_433_728  # what XLA:TPU's compile reports as v5e's usable HBM (a refusal carries no compile)
 
 
+TRACE_FIELDS = ("trace", "trace_ops")  # a step's reduced profiler trace, and every op's seconds per step
+
+
 def merge(parts: list[dict], step_defaults: dict | None = None, notes: tuple[str, ...] = ()) -> dict:
     """One measured record from the parts ``bench_measured.py`` wrote (any order): the first grid
     process's record of each step, with every process's median and their spread. ``step_defaults`` fill
     step fields a part's code did not yet record (said in ``notes``, stored with the result); the kernels are
-    the newest kernels part's, the per-op overhead the newest overhead part's; a step's trace is kept from
-    whichever process traced it."""
+    the newest kernels part's, the per-op overhead the newest overhead part's; a step's trace (and its ops'
+    seconds) is kept from whichever process traced it."""
     grids = sorted((p for p in parts if p.get("part") in ("grid", "largest")), key=lambda p: p.get("process", 1))
     kernels = max((p for p in parts if p.get("part") == "kernels"), key=lambda p: p["environment"]["date"], default={})
     overhead = max((p for p in parts if p.get("part") == "overhead"), key=lambda p: p["environment"]["date"], default={})
@@ -71,9 +74,9 @@ def merge(parts: list[dict], step_defaults: dict | None = None, notes: tuple[str
             if "timing" in record:
                 medians.setdefault(key, {})[f"{session}/{part.get('process', 1)}"] = record["timing"]["median"]
             if key not in steps or ("timing" not in steps[key] and "timing" in record):
-                steps[key] = {**dict(record), **({"trace": steps[key]["trace"]} if "trace" in steps.get(key, {}) else {})}
-            elif "trace" in record and "trace" not in steps[key]:  # traced in a later process
-                steps[key]["trace"] = record["trace"]
+                steps[key] = {**dict(record), **{f: steps[key][f] for f in TRACE_FIELDS if f in steps.get(key, {})}}
+            else:  # traced in a later process
+                steps[key].update({f: record[f] for f in TRACE_FIELDS if f in record and f not in steps[key]})
     for key, record in steps.items():
         record["step"] = {**(step_defaults or {}), **record["step"]}
         record.pop("trace_file", None)  # a path on the measuring machine
@@ -110,6 +113,11 @@ class MeasuredStep:
     footprint_bytes: int | None  # the runtime's buffers in use + the program's reservation after the step ran
     host_bytes: int | None
     record: dict = dataclasses.field(repr=False, compare=False)
+
+    @property
+    def op_seconds(self) -> dict[str, float]:
+        """Each op's seconds per step as the chip's profiler saw them, by its HLO name (traced steps; else empty)."""
+        return {name.lstrip("%"): s for name, s in self.record.get("trace_ops", {}).get("seconds_per_step", {}).items()}
 
     @classmethod
     def from_record(cls, record: dict) -> "MeasuredStep":

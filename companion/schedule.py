@@ -451,90 +451,109 @@ class StepSimulation:
 _WAIT_KIND = {"transfer": "wait-transfer", "collective": "wait-collective", "async": "wait-async"}
 
 
-class _Replay:
-    """The streams' clocks while the program runs."""
+class _Tally:
+    """What a replay counts: each lane's busy seconds, the compute stream's waits by kind, and the scopes of
+    the exposed-transfer split (the entry and each loop iteration: their own busy and exposed seconds)."""
 
-    def __init__(self, program: dict[str, list[Op]], bandwidth: dict[str, float], limit: int, max_events: int,
-                 sm_slowdown: float = 1.0, shared_pcie: tuple[float, float] | None = None,
-                 kernel_bandwidth: dict[str, float] | None = None, kernel_sm_share: float = 0.0):
-        self.program = program
-        self.bandwidth = bandwidth  # host link bytes/s per GPU, per direction (copy engines)
-        self.kernel_bandwidth = kernel_bandwidth or bandwidth  # ... for transfers a kernel makes (engine "kernel")
-        self.kernel_sm_share = kernel_sm_share  # of a compute kernel's throughput, while a transfer kernel runs
-        self.limit = limit
-        self.max_events = max_events
-        self.sm_slowdown = sm_slowdown  # a compute kernel's time x this while a collective holds NCCL's SMs
-        self.shared_pcie = shared_pcie  # (PCIe bytes/s each way, NIC bytes/s) where transfers and the NIC share it
-        self.t = 0.0
-        self.lane_free = dict.fromkeys(LANES, 0.0)
-        self.capped_ends: list[float] = []  # sorted end times of host transfers / async computes
-        self.pending: dict[str, tuple[float, float, str, str]] = {}  # start name -> (begin, end, category, lane)
+    def __init__(self):
         self.busy = dict.fromkeys(LANES, 0.0)
         # waits by kind; "sm_lost": the compute seconds added beside transfer kernels (tallied with the waits, so a
         # loop's steady iterations multiply it too)
         self.exposed = {"transfer": 0.0, "collective": 0.0, "async": 0.0, "d2h": 0.0, "h2d": 0.0,
                         "floor:d2h": 0.0, "floor:h2d": 0.0, "sm_lost": 0.0}
-        self.scopes: list[dict[str, float]] = []  # per loop iteration (and the entry): its own busy and exposed
-        self.events: list[Event] = []
-        self.iteration_seconds: dict[str, float] = {}
-        self._steady: dict[str, tuple[float, dict, dict]] = {}
+        self.scopes: list[dict[str, float]] = []
 
-    def quiet(self) -> bool:
-        return all(v <= self.t for v in self.lane_free.values()) and not any(
-            p[1] > self.t for p in self.pending.values())
+    def expose(self, category: str, lane: str, seconds: float):
+        """The compute stream waited ``seconds`` for work of ``category`` (transfers also by direction)."""
+        self.exposed[category] += seconds
+        if category == "transfer":
+            self.exposed[lane] += seconds
+            if self.scopes:
+                self.scopes[-1]["exposed:" + lane] += seconds
 
-    def record(self, event: Event, on: bool):
-        if on and len(self.events) < self.max_events:
-            self.events.append(event)
+    def add_busy(self, lane: str, seconds: float):
+        self.busy[lane] += seconds
+        if self.scopes and lane in self.scopes[-1]:
+            self.scopes[-1][lane] += seconds
 
-    def run(self, computation: str, record: bool, iteration: int = 0):
-        for op in self.program.get(computation, ()):
-            action = op.action
-            if action == "free":
-                continue
-            if action == "compute":
-                begin = self.t
-                seconds = self.seconds(op)
-                if op.category == "compute" and self.sm_slowdown > 1:
-                    seconds += self._beside(begin, seconds, self._collective) * (self.sm_slowdown - 1)
-                if op.category == "compute" and self.kernel_sm_share:
-                    lost = self._beside(begin, seconds, self._transfer_kernel) * self.kernel_sm_share
-                    seconds += lost
-                    self.exposed["sm_lost"] += lost
-                self.t += seconds
-                if op.category in ("collective", "transfer"):  # synchronous: the compute stream waits it out
-                    self._expose(op.category, op.lane, seconds)
-                    self._add_busy(op.lane, seconds)
-                    kind = _WAIT_KIND[op.category]
-                else:
-                    self._add_busy("compute", seconds)
-                    kind = op.category
-                if seconds:
-                    self.record(Event(op.name, "compute", begin, self.t, kind, computation, iteration), record)
-            elif action == "start":
-                self._start(op, computation, record, iteration)
-            elif action == "done":
-                self._done(op, computation, record, iteration)
-            elif action == "while":
-                self._loop(op, computation, record)
-            elif action == "call":
-                for callee in op.called:
-                    self.run(callee, record, iteration)
-            elif action == "conditional":
-                self._conditional(op, record, iteration)
+    def open_scope(self):
+        self.scopes.append(dict.fromkeys(("compute", "d2h", "h2d", "exposed:d2h", "exposed:h2d"), 0.0))
+
+    def close_scope(self):
+        """Per direction, the closed scope's floor: what the link needs beyond the scope's own compute,
+        ``max(0, transfer busy - compute busy)`` (no schedule hides that), capped at what was exposed."""
+        scope = self.scopes.pop()
+        for d in targets.DIRECTIONS:
+            self.exposed["floor:" + d] += min(scope["exposed:" + d], max(0.0, scope[d] - scope["compute"]))
+
+    def totals(self) -> tuple[dict, dict]:
+        return dict(self.busy), dict(self.exposed)
+
+    def since(self, totals: tuple[dict, dict]) -> tuple[dict, dict]:
+        """What was added since ``totals`` (a loop iteration's busy and exposed seconds)."""
+        busy0, exposed0 = totals
+        return {k: self.busy[k] - busy0[k] for k in busy0}, {k: self.exposed[k] - exposed0[k] for k in exposed0}
+
+    def repeat(self, busy: dict, exposed: dict, n: int):
+        """Add ``n`` more of an iteration's seconds (a loop's steady state)."""
+        for k, v in busy.items():
+            self.busy[k] += n * v
+        for k, v in exposed.items():
+            self.exposed[k] += n * v
+
+    def copy(self) -> "_Tally":
+        other = _Tally()
+        other.busy, other.exposed, other.scopes = dict(self.busy), dict(self.exposed), [dict(s) for s in self.scopes]
+        return other
+
+
+class _Lanes:
+    """The async lanes' clocks: when each lane is next free, the ends of the transfers and async computes
+    XLA's in-flight cap counts, and the work started but not yet waited for (start name -> (begin, end,
+    category, lane, engine)). Host transfers are priced here, at their engine's rate on the link."""
+
+    def __init__(self, bandwidth: dict[str, float], kernel_bandwidth: dict[str, float] | None, limit: int,
+                 shared_pcie: tuple[float, float] | None):
+        self.bandwidth = bandwidth  # host link bytes/s per GPU, per direction (copy engines)
+        self.kernel_bandwidth = kernel_bandwidth or bandwidth  # ... for transfers a kernel makes (engine "kernel")
+        self.limit = limit
+        self.shared_pcie = shared_pcie  # (PCIe bytes/s each way, NIC bytes/s) where transfers and the NIC share it
+        self.free = dict.fromkeys(LANES, 0.0)
+        self.capped_ends: list[float] = []  # sorted
+        self.pending: dict[str, tuple[float, float, str, str, str]] = {}
+
+    def rate(self, lane: str, engine: str) -> float:
+        """A host transfer's bytes/s on ``lane`` by what moves it."""
+        return (self.kernel_bandwidth if engine == "kernel" else self.bandwidth)[lane]
 
     def seconds(self, op: Op) -> float:
         return op.bytes / self.rate(op.lane, op.engine) if op.category == "transfer" else op.seconds
 
-    @staticmethod
-    def _collective(category: str, engine: str) -> bool:
-        return category == "collective"
+    def quiet(self, now: float) -> bool:
+        """Nothing runs or is pending past ``now``."""
+        return all(v <= now for v in self.free.values()) and not any(p[1] > now for p in self.pending.values())
 
-    @staticmethod
-    def _transfer_kernel(category: str, engine: str) -> bool:
-        return category == "transfer" and engine == "kernel"
+    def start(self, op: Op, now: float) -> tuple[float, float, float]:
+        """Start ``op`` on its lane once the compute clock is at ``now``: (begin, end, busy seconds). It waits
+        for its lane and, on a capped lane, for a slot under XLA's in-flight cap."""
+        seconds = self.seconds(op)
+        begin = max(now, self.free[op.lane])
+        if op.lane in _ASYNC_CAPPED:
+            running = self.capped_ends[bisect.bisect_right(self.capped_ends, begin):]
+            if len(running) >= self.limit:
+                begin = max(begin, running[len(running) - self.limit])
+        end = begin + seconds
+        if self.shared_pcie is not None:
+            end = self._share_pcie(op, begin, end)
+            seconds = end - begin
+        self.free[op.lane] = end
+        if op.lane in _ASYNC_CAPPED:  # ends at or before the compute clock can no longer hold anything up
+            self.capped_ends = [e for e in self.capped_ends if e > now]
+            bisect.insort(self.capped_ends, end)
+        self.pending[op.name] = (begin, end, op.category, op.lane, op.engine)
+        return begin, end, seconds
 
-    def _beside(self, begin: float, seconds: float, which) -> float:
+    def beside(self, begin: float, seconds: float, which) -> float:
         """How much of [begin, begin + seconds) pending work ``which(category, engine)`` runs in (an async
         collective holding NCCL's SMs, a transfer kernel holding its share of them)."""
         spans = sorted((max(b, begin), min(e, begin + seconds)) for b, e, category, _, engine in self.pending.values()
@@ -569,115 +588,141 @@ class _Replay:
             extra = max(extra, overlap * max(0.0, mine / (pcie / 2) - 1))
             pushed = e + overlap * max(0.0, rate_theirs / (pcie / 2) - 1)
             self.pending[name] = (b, pushed, category, lane, engine)
-            self.lane_free[lane] = max(self.lane_free[lane], pushed)
+            self.free[lane] = max(self.free[lane], pushed)
         return end + extra
 
-    def rate(self, lane: str, engine: str) -> float:
-        """A host transfer's bytes/s on ``lane`` by what moves it."""
-        return (self.kernel_bandwidth if engine == "kernel" else self.bandwidth)[lane]
+    def copy(self) -> "_Lanes":
+        other = _Lanes(self.bandwidth, self.kernel_bandwidth, self.limit, self.shared_pcie)
+        other.free, other.capped_ends, other.pending = dict(self.free), list(self.capped_ends), dict(self.pending)
+        return other
+
+
+def _collective(category: str, engine: str) -> bool:
+    return category == "collective"
+
+
+def _transfer_kernel(category: str, engine: str) -> bool:
+    return category == "transfer" and engine == "kernel"
+
+
+class _Replay:
+    """The program run on the compute stream's clock ``t``: compute ops advance it, an async start hands its op
+    to the lanes (``_Lanes``), a done waits for it; loops run until one iteration is steady, then repeat it;
+    of a conditional's branches the slowest counts. ``tally`` counts the seconds (``_Tally``)."""
+
+    def __init__(self, program: dict[str, list[Op]], bandwidth: dict[str, float], limit: int, max_events: int,
+                 sm_slowdown: float = 1.0, shared_pcie: tuple[float, float] | None = None,
+                 kernel_bandwidth: dict[str, float] | None = None, kernel_sm_share: float = 0.0):
+        self.program = program
+        self.lanes = _Lanes(bandwidth, kernel_bandwidth, limit, shared_pcie)
+        self.tally = _Tally()
+        self.kernel_sm_share = kernel_sm_share  # of a compute kernel's throughput, while a transfer kernel runs
+        self.sm_slowdown = sm_slowdown  # a compute kernel's time x this while a collective holds NCCL's SMs
+        self.max_events = max_events
+        self.t = 0.0
+        self.events: list[Event] = []
+        self.iteration_seconds: dict[str, float] = {}
+        self._steady: dict[str, tuple[float, dict, dict]] = {}
+
+    def record(self, event: Event, on: bool):
+        if on and len(self.events) < self.max_events:
+            self.events.append(event)
+
+    def run(self, computation: str, record: bool, iteration: int = 0):
+        for op in self.program.get(computation, ()):
+            action = op.action
+            if action == "compute":
+                self._compute(op, computation, record, iteration)
+            elif action == "start":
+                self._start(op, computation, record, iteration)
+            elif action == "done":
+                self._done(op, computation, record, iteration)
+            elif action == "while":
+                self._loop(op, computation, record)
+            elif action == "call":
+                for callee in op.called:
+                    self.run(callee, record, iteration)
+            elif action == "conditional":
+                self._conditional(op, record, iteration)
+
+    def _compute(self, op: Op, computation: str, record: bool, iteration: int):
+        """A kernel on the compute stream, slowed by what holds its SMs; a synchronous collective or transfer
+        is waited out there."""
+        begin = self.t
+        seconds = self.lanes.seconds(op)
+        if op.category == "compute" and self.sm_slowdown > 1:
+            seconds += self.lanes.beside(begin, seconds, _collective) * (self.sm_slowdown - 1)
+        if op.category == "compute" and self.kernel_sm_share:
+            lost = self.lanes.beside(begin, seconds, _transfer_kernel) * self.kernel_sm_share
+            seconds += lost
+            self.tally.exposed["sm_lost"] += lost
+        self.t += seconds
+        if op.category in ("collective", "transfer"):  # synchronous: the compute stream waits it out
+            self.tally.expose(op.category, op.lane, seconds)
+            self.tally.add_busy(op.lane, seconds)
+            kind = _WAIT_KIND[op.category]
+        else:
+            self.tally.add_busy("compute", seconds)
+            kind = op.category
+        if seconds:
+            self.record(Event(op.name, "compute", begin, self.t, kind, computation, iteration), record)
 
     def _start(self, op: Op, computation: str, record: bool, iteration: int):
-        seconds = self.seconds(op)
-        begin = max(self.t, self.lane_free[op.lane])
-        if op.lane in _ASYNC_CAPPED:
-            running = self.capped_ends[bisect.bisect_right(self.capped_ends, begin):]
-            if len(running) >= self.limit:
-                begin = max(begin, running[len(running) - self.limit])
-        end = begin + seconds
-        if self.shared_pcie is not None:
-            end = self._share_pcie(op, begin, end)
-            seconds = end - begin
-        self.lane_free[op.lane] = end
-        if op.lane in _ASYNC_CAPPED:  # ends at or before the compute clock can no longer hold anything up
-            self.capped_ends = [e for e in self.capped_ends if e > self.t]
-            bisect.insort(self.capped_ends, end)
-        self._add_busy(op.lane, seconds)
-        self.pending[op.name] = (begin, end, op.category, op.lane, op.engine)
+        begin, end, seconds = self.lanes.start(op, self.t)
+        self.tally.add_busy(op.lane, seconds)
         kind = op.lane if op.category == "transfer" else op.category
         self.record(Event(op.name, op.lane, begin, end, kind, computation, iteration), record)
 
     def _done(self, op: Op, computation: str, record: bool, iteration: int):
-        started = self.pending.pop(op.start, None)
+        started = self.lanes.pending.pop(op.start, None)
         if started is None:
             return
         _, end, category, lane, _ = started
         if end > self.t:
-            self._expose(category, lane, end - self.t)
+            self.tally.expose(category, lane, end - self.t)
             self.record(Event(op.name, "compute", self.t, end, _WAIT_KIND[category], computation, iteration), record)
             self.t = end
 
-    def _expose(self, category: str, lane: str, seconds: float):
-        """The compute stream waited ``seconds`` for work of ``category`` (transfers also by direction)."""
-        self.exposed[category] += seconds
-        if category == "transfer":
-            self.exposed[lane] += seconds
-            if self.scopes:
-                self.scopes[-1]["exposed:" + lane] += seconds
-
-    def _add_busy(self, lane: str, seconds: float):
-        self.busy[lane] += seconds
-        if self.scopes and lane in self.scopes[-1]:
-            self.scopes[-1][lane] += seconds
-
     def scoped(self, computation: str, record: bool, iteration: int = 0):
-        """Run ``computation`` as one scope of the exposed-transfer split: per direction, its floor is what
-        the link needs beyond the scope's own compute, ``max(0, transfer busy - compute busy)`` (no schedule
-        hides that), capped at what was exposed; the rest of the exposed time is the schedule's excess."""
-        self.scopes.append(dict.fromkeys(("compute", "d2h", "h2d", "exposed:d2h", "exposed:h2d"), 0.0))
+        """Run ``computation`` as one scope of the exposed-transfer split (``_Tally.close_scope``): the link's
+        floor per direction; the rest of the exposed time is the schedule's excess."""
+        self.tally.open_scope()
         self.run(computation, record, iteration)
-        scope = self.scopes.pop()
-        for d in targets.DIRECTIONS:
-            self.exposed["floor:" + d] += min(scope["exposed:" + d], max(0.0, scope[d] - scope["compute"]))
-
-    def _snapshot(self) -> tuple[float, dict, dict]:
-        return self.t, dict(self.busy), dict(self.exposed)
+        self.tally.close_scope()
 
     def _loop(self, op: Op, computation: str, record: bool):
+        """Run the body until an iteration starts and ends with the lanes quiet; the remaining trips repeat it."""
         body = op.called[0]
         trips, i = op.trips, 0
         while i < trips:
             steady = self._steady.get(body)
-            if steady is not None and self.quiet():
+            if steady is not None and self.lanes.quiet(self.t):
                 seconds, busy, exposed = steady
                 n = trips - i
                 begin = self.t
                 self.t += n * seconds
-                for k, v in busy.items():
-                    self.busy[k] += n * v
-                for k, v in exposed.items():
-                    self.exposed[k] += n * v
+                self.tally.repeat(busy, exposed, n)
                 self.record(Event(f"{body} x {n}", "compute", begin, self.t, "loop", body, i), record and i > 0)
                 return
-            was_quiet = self.quiet()
-            t0, busy0, exposed0 = self._snapshot()
+            was_quiet = self.lanes.quiet(self.t)
+            t0, totals = self.t, self.tally.totals()
             self.scoped(body, record and i == 0, i)
-            if was_quiet and self.quiet():
+            if was_quiet and self.lanes.quiet(self.t):
                 seconds = self.t - t0
-                self._steady[body] = (seconds, {k: self.busy[k] - busy0[k] for k in busy0},
-                                      {k: self.exposed[k] - exposed0[k] for k in exposed0})
+                self._steady[body] = (seconds, *self.tally.since(totals))
                 self.iteration_seconds.setdefault(body, seconds)
             i += 1
 
-    def _save(self) -> tuple:
-        """Every clock and tally, copied."""
-        return (self.t, dict(self.lane_free), list(self.capped_ends), dict(self.pending), dict(self.busy),
-                dict(self.exposed), [dict(s) for s in self.scopes])
-
-    def _load(self, state: tuple):
-        t, lane_free, capped_ends, pending, busy, exposed, scopes = state
-        self.t, self.lane_free, self.capped_ends = t, dict(lane_free), list(capped_ends)
-        self.pending, self.busy, self.exposed = dict(pending), dict(busy), dict(exposed)
-        self.scopes = [dict(s) for s in scopes]
-
     def _conditional(self, op: Op, record: bool, iteration: int):
-        start, best = self._save(), None
+        """Every branch from the same clocks; the slowest one's clocks go on."""
+        start, best = (self.t, self.lanes.copy(), self.tally.copy()), None
         for branch in op.called:
-            self._load(start)
+            self.t, self.lanes, self.tally = start[0], start[1].copy(), start[2].copy()
             self.run(branch, False, iteration)
             if best is None or self.t > best[0]:
-                best = self._save()
+                best = (self.t, self.lanes.copy(), self.tally.copy())
         if best is not None:
-            self._load(best)
+            self.t, self.lanes, self.tally = best[0], best[1].copy(), best[2].copy()
 
 
 @dataclasses.dataclass
@@ -709,23 +754,23 @@ class Simulator:
         replay = _Replay(self.program, bandwidth, self.limit, max_events, sm_slowdown, shared,
                          self.bandwidth(target.link, "kernel"), model.kernel_sm_share(target.link))
         replay.scoped(self.module.entry, True)
-        flops = self.flops
-        by_kind = {**self.compute_by_class[1], **{f"collective:{lane}": replay.busy[lane] for lane in ("nvlink", "network")},
-                   **{f"transfer:{d}": replay.busy[d] for d in targets.DIRECTIONS}}
+        flops, busy, exposed = self.flops, replay.tally.busy, replay.tally.exposed
+        by_kind = {**self.compute_by_class[1], **{f"collective:{lane}": busy[lane] for lane in ("nvlink", "network")},
+                   **{f"transfer:{d}": busy[d] for d in targets.DIRECTIONS}}
         work = self.workload
         return StepSimulation(
-            target=target.name, link=target.link.key, step_seconds=replay.t, compute_seconds=replay.busy["compute"],
-            exposed_transfer_seconds=replay.exposed["transfer"],
-            exposed_collective_seconds=replay.exposed["collective"], exposed_other_seconds=replay.exposed["async"],
-            exposed_transfer_by_direction={d: replay.exposed[d] for d in targets.DIRECTIONS},
-            exposed_transfer_floor={d: replay.exposed["floor:" + d] for d in targets.DIRECTIONS},
-            busy_seconds=dict(replay.busy), model_flops=work.model_flops if work else None,
+            target=target.name, link=target.link.key, step_seconds=replay.t, compute_seconds=busy["compute"],
+            exposed_transfer_seconds=exposed["transfer"],
+            exposed_collective_seconds=exposed["collective"], exposed_other_seconds=exposed["async"],
+            exposed_transfer_by_direction={d: exposed[d] for d in targets.DIRECTIONS},
+            exposed_transfer_floor={d: exposed["floor:" + d] for d in targets.DIRECTIONS},
+            busy_seconds=dict(busy), model_flops=work.model_flops if work else None,
             hardware_flops=flops.total, recompute_flops=flops.recompute, peak_flops=target.gpu.bf16_dense_flops,
             peak_device_bytes=self.peak_device_bytes, host_bytes=self.host_bytes,
             loop_iteration_seconds=dict(replay.iteration_seconds), tokens=work.tokens if work else None,
             flops_by_kind=self.compute_by_class[0], time_by_kind=by_kind, events=tuple(replay.events),
             cost_model=self.cost_model, async_compute_limit=self.limit,
-            transfer_kernel_sm_seconds=replay.exposed["sm_lost"])
+            transfer_kernel_sm_seconds=exposed["sm_lost"])
 
     def bandwidth(self, link: HostLink, engine: str = "copy_engine") -> dict[str, float]:
         """Bytes/s per GPU each way over ``link`` for transfers ``engine`` moves (``HostTransfer.engine``), with

@@ -7,7 +7,7 @@ Mixed precision, MaxText's way: parameters, gradients and Adam moments in ``weig
 (float32 master weights); matmuls and activations in ``dtype`` (bfloat16); logits and the loss
 in float32.
 
-MaxText's training-state levers (``StateConfig``): ``gradient_accumulation_steps`` (the batch
+MaxText's training-state levers (``state.StateConfig``): ``gradient_accumulation_steps`` (the batch
 split into microbatches, their gradients summed in an fp32 accumulator, one optimizer update),
 ``optimizer_memory_host_offload`` (AdamW's moments live in pinned host memory and come to the
 device for the update) and ``parameter_memory_host_offload`` (the fp32 parameters live in pinned
@@ -27,6 +27,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from . import compiler, flops, models, policies
+from .state import StateConfig
 from .models import layers as layers_lib
 from .models.configs import ModelConfig
 from .sharding import AxisRules, constrain
@@ -82,20 +83,6 @@ def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
     log_z = jax.nn.logsumexp(logits, axis=-1)
     picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     return jnp.mean(log_z - picked)
-
-
-@dataclasses.dataclass(frozen=True)
-class StateConfig:
-    """Where the training state lives and how a step consumes the batch (MaxText's keys)."""
-
-    gradient_accumulation_steps: int = 1
-    optimizer_memory_host_offload: bool = False
-    parameter_memory_host_offload: bool = False
-
-    def __post_init__(self):
-        n = self.gradient_accumulation_steps
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"gradient_accumulation_steps must be a positive integer, got {n!r}")
 
 
 def _to(space, tree):

@@ -120,7 +120,7 @@ def test_the_stored_chip_measurements_hold_together():
     for env in m.sessions:
         assert env["device_kind"] == "TPU v5 lite" and env["jax"] == env["jaxlib"] == "0.10.2" and env["libtpu"]
         assert len(env["stamp"]["companion_source"]) == 16 and len(env["commit"]) == 40
-    assert len(m.sessions) == 3 and m.environment == m.sessions[0]
+    assert len(m.sessions) == 4 and m.environment == m.sessions[0]
     ran = [s for s in m.steps if s.runs]
     assert len(ran) >= 24 and len(m.steps) > len(ran)
     for s in ran:
@@ -140,6 +140,16 @@ def test_the_stored_chip_measurements_hold_together():
     assert len(repeated) >= 10 and all(len(s.record["process_medians"]) >= 2 for s in repeated)
     assert m.spread == max(s.spread for s in repeated) < 0.01  # step times repeat across processes and sessions
     assert m.notes  # what the sessions could not measure is said with the result
+    # the fourth session traced the long sequences per op: every op's seconds per step, the small ones summed,
+    # add up to the leaf ops' time in the trace (its per-class seconds less the host transfers in flight)
+    traced = [s for s in ran if s.op_seconds]
+    assert {s.key for s in traced} == {"L4-B2-S8192-full", "L4-B2-S8192-full+pallas", "L4-B1-S16384-full",
+                                       "L2-B1-S32768-qkv_offload"}
+    for s in traced:
+        ops, classes = s.record["trace_ops"], s.record["trace"]["class_seconds"]
+        leaves = sum(v for k, v in classes.items() if not k.startswith("host_")) / s.record["trace"]["steps"]
+        assert sum(s.op_seconds.values()) + ops["other_seconds"] == pytest.approx(leaves, rel=1e-6)
+        assert all(not name.startswith("%") for name in s.op_seconds)  # HLO names, as the compile prints them
     first = m.step("L4-B8-S2048-full")
     assert first.flash_kernel == "jax" and m.step("L4-B8-S2048-full+pallas").flash_kernel == "fused"
 

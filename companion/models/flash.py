@@ -30,6 +30,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from .. import lowering
+
 KERNELS = ("cudnn", "jax")
 
 
@@ -233,15 +235,13 @@ def _cudnn_version() -> int:
 def attention(q, k, v, scale: float, kernel: str, block: int, pallas: bool = True) -> jax.Array:
     """Causal flash attention with ``kernel`` on a GPU: ``cudnn`` (lowered as cuDNN's kernel for GPU
     targets) or ``jax``; with ``pallas``, the Pallas TPU kernel where the step is lowered for a TPU
-    (``compiler.lowering_platform``) and the kernel takes the shapes. Elsewhere (e.g. a CPU run of the
+    (``lowering.platform``) and the kernel takes the shapes. Elsewhere (e.g. a CPU run of the
     same model) ``flash_attention``."""
     if kernel not in KERNELS:
         raise ValueError(f"unknown attention kernel {kernel!r}; choose one of: {', '.join(KERNELS)}")
-    from .. import compiler
-
     fallback = functools.partial(flash_attention, scale=scale, block=block)
     fused = {"cuda": functools.partial(cudnn_attention, scale=scale)} if kernel == "cudnn" else {}
-    if pallas and compiler.lowering_platform() == "tpu" and pallas_fits(q.shape, k.shape, v.shape):
+    if pallas and lowering.platform() == "tpu" and pallas_fits(q.shape, k.shape, v.shape):
         fused["tpu"] = functools.partial(pallas_attention, scale=scale, block=block)
     if not fused:
         return fallback(q, k, v)
