@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from . import bands, models, targets
+from . import bands, models, sharding, targets
 
 GiB = 2**30
 BUSIEST = 2.5  # the most-loaded GPU's share of routed rows, in balanced shares: the drop column's second case
@@ -44,10 +44,10 @@ def dropped_share(r: Row, imbalance: float) -> float:
     from .models import moe
 
     cfg = models.config(r["model"]).moe
-    ep = dict(part.split("=") for part in r["mesh"].split(","))
-    tokens = r["batch"] * r["seq"] // targets.target(r["target"]).num_devices
-    sizes = moe.ragged_sizes(tokens, cfg.experts_per_token, cfg.num_experts, int(ep.get("expert", 1)),
-                             r["ragged_buffer_factor"], imbalance)
+    devices = targets.target(r["target"]).num_devices
+    mesh = sharding.parse_mesh(r["mesh"], devices)
+    sizes = moe.ragged_sizes(r["batch"] * r["seq"] // devices, cfg.experts_per_token, cfg.num_experts,
+                             mesh.get("expert", 1), r["ragged_buffer_factor"], imbalance)
     return sizes.expected_drops / (sizes.rows * imbalance) if sizes.rows else 0.0
 
 

@@ -16,6 +16,8 @@ module reads that result and says how wrong the simulator is:
 
 A comparison is a fact about the commit whose prices it froze (``commit`` in the result): change the
 pricing (``schedule``, ``hlo``'s byte and FLOP counts, the v5e entries of ``targets``) and rerun the benchmark.
+A whole re-run keeps the comparisons it replaces (``history``): once the held-out half has been seen, a
+reprice is reported beside what came before it, never instead of it.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ class Comparison:
     steps: tuple[StepError, ...]
     pairs: tuple[PairError, ...]
     commit: str  # the lab's commit whose constants were frozen for the run
+    history: tuple[dict, ...] = ()  # the comparisons a whole re-run replaced: each one's commit and summary
 
     def absolute(self, held_out: bool = True) -> dict:
         """Median and worst |error| of the steps in one half (``held_out``: the reported half)."""
@@ -137,7 +140,7 @@ def load(path: str | Path = RESULTS, m: measured.Measurements | None = None) -> 
     steps = tuple(StepError(r["key"], r["measured_seconds"], r["simulated_seconds"], r["held_out"],
                             r.get("xla_optimal_seconds")) for r in data["steps"])
     simulated = {s.key: s.simulated_seconds for s in steps}
-    return Comparison(steps, tuple(pairs_of(m, simulated)), data.get("commit", ""))
+    return Comparison(steps, tuple(pairs_of(m, simulated)), data.get("commit", ""), tuple(data.get("history", ())))
 
 
 # ----------------------------------------------------------------------------- tables (notebook 07)

@@ -123,7 +123,7 @@ def _matmuls_by_name(module: hlo.HloModule, instructions) -> dict[str, float]:
     for instr in instructions:
         if instr.opcode == "while":
             continue
-        flops, _, largest = hlo._inner_matmuls(module, instr, hlo.GROUPED_GEMM_TILE_ROWS)
+        flops, _, largest = hlo.inner_matmuls(module, instr, hlo.GROUPED_GEMM_TILE_ROWS)
         if flops and largest is not None:
             out[largest.op_name] = out.get(largest.op_name, 0.0) + flops
     return out

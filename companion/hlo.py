@@ -1063,7 +1063,7 @@ class OpCost:
         return self.bytes * self.executions
 
 
-def _inner_matmuls(module: HloModule, instr: Instruction,
+def inner_matmuls(module: HloModule, instr: Instruction,
                    grouped_tile: int) -> tuple[float, str, Instruction | None]:
     """FLOPs of the matmuls an op runs (itself, or inside the computations it fuses), their input
     dtype, and the largest of them (None without matmuls)."""
@@ -1080,7 +1080,7 @@ def _inner_matmuls(module: HloModule, instr: Instruction,
         if comp is None:
             continue
         for inner in comp.instructions:
-            f, d, big = _inner_matmuls(module, inner, grouped_tile)
+            f, d, big = inner_matmuls(module, inner, grouped_tile)
             flops += f
             dtype = dtype or d
             if f > most:
@@ -1112,7 +1112,7 @@ def op_costs(module: HloModule, host_transfers: set[str] | None = None,
             kind = "collective"
         else:
             kind = "compute"
-        flops, dtype, largest = _inner_matmuls(module, instr, grouped_tile)
+        flops, dtype, largest = inner_matmuls(module, instr, grouped_tile)
         grouped = grouped_gemm(module, instr)
         moved = grouped.hbm_bytes if grouped is not None else _hbm_bytes(module, instr, platform)
         op_class = (_matmul_class(largest) if largest is not None
