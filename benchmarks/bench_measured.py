@@ -329,6 +329,56 @@ def op_overhead() -> dict:
     return out
 
 
+# The matmul shapes of the steps, chained in one program (kernel microbenchmarks: no step involved). The blockwise
+# attention's pair at S >= 8K: scores Q K^T then scores x V, 16 heads of 512 x 512 blocks at head dim 128 (the
+# shapes its per-op traces showed running thousands of times a step); a large projection for comparison.
+LOOP_MATMULS = {"flash_block_pair": ((16, 512, 128), (16, 128, 512), (16, 512, 128), (1, 16, 64, 256)),
+                "projection_16384x2048x8192": ((16384, 2048), (2048, 8192), None, (1, 4, 16))}
+
+
+def loop_matmuls() -> dict:
+    """Seconds per link of a chain of dependent matmuls in one program (the slope over chain lengths: no call's
+    dispatch in it), and the FLOP/s it gives: the MXUs' rate on the steps' shapes, which a single jitted matmul
+    (``kernels``) cannot show for small shapes (its dispatch dominates). Each matmul's output passes a tanh, fused
+    into it or not as XLA decides: the rate is a link's, its elementwise work included."""
+    key = jax.random.key(2)
+    out = {}
+    for name, (x_shape, w_shape, v_shape, lengths) in LOOP_MATMULS.items():
+        x = jax.random.normal(key, x_shape, jnp.bfloat16)
+        w = jax.random.normal(key, w_shape, jnp.bfloat16) * 0.05
+        v = jax.random.normal(key, v_shape, jnp.bfloat16) * 0.05 if v_shape else None
+        if v is None:  # one matmul per link: [M, K] x [K, N], its first K columns fed on
+            flops = 2 * x_shape[0] * x_shape[1] * w_shape[1]
+
+            def chain(k):
+                def f(a, b):
+                    for _ in range(k):
+                        a = jnp.tanh(a @ b)[:, :x_shape[1]]
+                    return a
+                return jax.jit(f)
+            args = (x, w)
+        else:  # two per link: scores = q k^T, then scores x v, fed on as the next q
+            flops = 2 * 2 * x_shape[0] * x_shape[1] * x_shape[2] * w_shape[2]
+
+            def chain(k):
+                def f(a, b, c):
+                    for _ in range(k):
+                        # the tanh keeps XLA from reassociating the chain (b x c is loop-invariant)
+                        a = jnp.tanh(jnp.einsum("hqk,hkv->hqv", jnp.tanh(jnp.einsum("hqd,hdk->hqk", a, b)), c))
+                    return a
+                return jax.jit(f)
+            args = (x, w, v)
+        rows = [{"links": k, "seconds": _time(chain(k), *args, steps=20, warmup=3)} for k in lengths]
+        n = len(rows)
+        mean_k, mean_s = sum(r["links"] for r in rows) / n, sum(r["seconds"] for r in rows) / n
+        slope = (sum((r["links"] - mean_k) * (r["seconds"] - mean_s) for r in rows)
+                 / sum((r["links"] - mean_k) ** 2 for r in rows))
+        out[name] = {"chains": rows, "flops_per_link": flops, "seconds_per_link": slope,
+                     "flops_per_s": flops / slope, "intercept_seconds": mean_s - slope * mean_k}
+        print(name, out[name], flush=True)
+    return out
+
+
 def memory_probe() -> dict:
     """Which memory statistic sees a program's temporaries: programs with a known temporary (an optimization
     barrier keeps a 2, 4 or 8 GiB intermediate alive) and the runtime's counters after each. No filler: past
@@ -388,9 +438,9 @@ def run_part(args) -> dict:
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     measure.require_accelerator()
     out = {"part": args.part, "process": args.process, "environment": _environment()}
-    if args.part in ("kernels", "overhead"):
-        parts = (("op_overhead", op_overhead),) if args.part == "overhead" else (("kernels", kernels),
-                                                                                  ("memory_probe", memory_probe))
+    if args.part in ("kernels", "overhead", "shapes"):
+        parts = {"overhead": (("op_overhead", op_overhead),), "shapes": (("loop_matmuls", loop_matmuls),),
+                 "kernels": (("kernels", kernels), ("memory_probe", memory_probe))}[args.part]
         for name, fn in parts:
             try:
                 out[name] = fn()
@@ -468,7 +518,7 @@ def compile_only(only: list[str] | None, largest: bool) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("kernels", "overhead", "grid", "ab"))
+    parser.add_argument("--part", choices=("kernels", "overhead", "shapes", "grid", "ab"))
     parser.add_argument("--out", default=None, help="folder for this part's JSON (and traces)")
     parser.add_argument("--process", type=int, default=1)
     parser.add_argument("--start", type=int, default=0, help="skip the first N steps of the selection (resume)")
@@ -501,7 +551,11 @@ def main() -> None:
             if part["environment"]["commit"] == FIRST_RUN_COMMIT:
                 for record in part.get("steps", []):
                     record.pop("trace", None)
-        _common.write("measured", measured.merge(parts, FIRST_RUN_DEFAULTS, FIRST_RUN_NOTES + SECOND_RUN_NOTES))
+        merged = measured.merge(parts, FIRST_RUN_DEFAULTS, FIRST_RUN_NOTES + SECOND_RUN_NOTES)
+        shapes = max((p for p in parts if p.get("part") == "shapes"), key=lambda p: p["environment"]["date"], default={})
+        if shapes.get("loop_matmuls"):  # the newest shapes part's (fourth session): read as raw JSON by notebook 07
+            merged["loop_matmuls"] = {**shapes["loop_matmuls"], "environment": shapes["environment"]}
+        _common.write("measured", merged)
         return
     out = run_part(args)
     save(args, out)

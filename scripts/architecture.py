@@ -1,7 +1,7 @@
-"""Write README's "Architecture" layers and diagram from ``companion.layers`` and the imports the source has.
+"""Write README's "Architecture" layers and diagram, and the site's API page, from ``companion.layers``.
 
-    python scripts/architecture.py          # rewrites the part of README.md between the architecture markers
-    python scripts/architecture.py --check  # exits 1 if README's part is stale (tests/test_layers.py checks it too)
+    python scripts/architecture.py          # rewrites README.md between its architecture markers, and docs/api.md
+    python scripts/architecture.py --check  # exits 1 if either is stale (tests/test_layers.py runs it)
 
 Reads the source with ``ast`` only: it needs no JAX and imports nothing of the package but ``layers``.
 """
@@ -16,6 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+API = ROOT / "docs" / "api.md"
 MARKERS = re.compile(r"(<!-- architecture: begin.*?-->\n)(.*?)(<!-- architecture: end -->)", flags=re.S)
 
 
@@ -28,9 +29,22 @@ def _layers():
     return module
 
 
+def api_page(layers) -> str:
+    """The site's API reference: every module's docstring and members, layer by layer from the ground up."""
+    lines = ["# The companion API", "",
+             "Layer by layer from the ground up (README, \"Architecture\"); imports only point down.", ""]
+    for layer in layers.LAYERS:
+        modules = [m for m in layer.modules if not m.startswith("__")]
+        if modules:
+            lines += [f"## {layer.name}", "", layer.role[0].upper() + layer.role[1:] + ".", "", "```{eval-rst}"]
+            lines += [f".. automodule:: companion.{m}\n   :members:" for m in modules]
+            lines += ["```", ""]
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only say whether README's section is current")
+    parser.add_argument("--check", action="store_true", help="only say whether README's section and the API page are current")
     args = parser.parse_args()
     layers = _layers()
     text = README.read_text()
@@ -39,15 +53,18 @@ def main() -> int:
         print("README.md has no '<!-- architecture: begin -->' ... '<!-- architecture: end -->' section",
               file=sys.stderr)
         return 2
-    section = layers.readme_section(layers.imports())
-    if found.group(2) == section:
-        print("README.md's architecture is current")
+    readme = text[:found.start(2)] + layers.readme_section(layers.imports()) + text[found.end(2):]
+    stale = [path for path, wanted in ((README, readme), (API, api_page(layers))) if path.read_text() != wanted]
+    if not stale:
+        print("README.md's architecture and docs/api.md are current")
         return 0
+    names = " and ".join(p.relative_to(ROOT).as_posix() for p in stale)
     if args.check:
-        print("README.md's architecture is stale: run `python scripts/architecture.py`", file=sys.stderr)
+        print(f"{names} stale: run `python scripts/architecture.py`", file=sys.stderr)
         return 1
-    README.write_text(text[:found.start(2)] + section + text[found.end(2):])
-    print("README.md: architecture rewritten")
+    README.write_text(readme)
+    API.write_text(api_page(layers))
+    print(f"rewrote {names}")
     return 0
 
 

@@ -2,6 +2,8 @@
 
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,9 +54,12 @@ def test_a_subpackage_counts_as_one_module_with_its_files_imports():
     assert {"sharding", "hlo"} <= graph["models"] and "configs" not in graph["models"]
 
 
-def test_readme_shows_the_architecture_as_the_source_has_it():
+def test_readme_and_the_api_page_show_the_architecture_as_the_source_has_it():
     readme = (ROOT / "README.md").read_text()
     block = re.search(r"<!-- architecture: begin.*?-->\n(.*?)<!-- architecture: end -->", readme, flags=re.S)
-    assert block, "README has no generated architecture section"
-    assert block.group(1) == layers.readme_section(layers.imports()), \
-        "README's architecture is stale: run `python scripts/architecture.py`"
+    assert block and block.group(1) == layers.readme_section(layers.imports())
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "architecture.py"), "--check"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr  # stale: run `python scripts/architecture.py`
+    api = (ROOT / "docs" / "api.md").read_text()
+    assert all(f"companion.{m}\n" in api for layer in layers.LAYERS for m in layer.modules if not m.startswith("__"))
