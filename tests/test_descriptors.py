@@ -211,5 +211,7 @@ def test_the_workarounds_price_is_a_range_and_a_ranking_inside_it_is_unknown(pla
     assert same.verdict == workaround.UNKNOWN and same.ratios[workaround.NOMINAL] == 1
     slower = dataclasses.replace(broken, label="twice", seconds={k: 2 * v for k, v in broken.seconds.items()})
     assert workaround.compare(fixed, slower).verdict == "offloaded, workaround"
-    close = dataclasses.replace(slower, seconds={k: 1.05 * v for k, v in fixed.seconds.items()})
-    assert workaround.compare(fixed, close).verdict == workaround.TIE  # 5 %: every corner agrees, inside the model error
+    close = dataclasses.replace(slower, seconds={k: 1.02 * v for k, v in fixed.seconds.items()})
+    assert workaround.compare(fixed, close).verdict == workaround.TIE  # 2 %: every corner agrees, inside the model error
+    apart = dataclasses.replace(slower, seconds={k: 1.05 * v for k, v in fixed.seconds.items()})
+    assert workaround.compare(fixed, apart).verdict == "offloaded, workaround"  # 5 %: outside it

@@ -44,8 +44,10 @@ def test_compared_steps_rank_stored_rows_with_the_paired_band():
     rows = [stored("full", 3.0), stored("same", 3.0), stored("slower", 4.0), stored("big", 5.0, fits=False)]
     table = tables.compared_steps(rows, against="full").splitlines()
     assert "vs full" in table[0]
-    assert "| same | 512 | yes |" in table[3] and "tie (0.895-1.133)" in table[3]  # the model error alone
-    assert "0.750x (0.671-0.850)" in table[4]  # 3.0 / 4.0 tokens/s at every sample, within the model error
+    e = bands.PAIRED_MODEL_ERROR
+    low, high = 1 / (1 + e), 1 / (1 - e)  # the model error alone: measured = simulated / (1 + error)
+    assert "| same | 512 | yes |" in table[3] and f"tie ({low:.3f}-{high:.3f})" in table[3]
+    assert f"0.750x ({0.75 * low:.3f}-{0.75 * high:.3f})" in table[4]  # 3.0 / 4.0 at every sample, within the model error
     assert "no: over by 14.0 GiB" in table[5] and "not ranked: does not fit" in table[5] and "would take" in table[5]
     stale = {**rows[1]["sweep"], "seed": 1}
     try:
