@@ -81,7 +81,8 @@ def by_cause(ops: list[OpTime]) -> list[dict]:
     """One row per cause: its ops, measured and simulated milliseconds per step, and the error; largest first."""
     rows: dict[str, dict] = {}
     for op in ops:
-        row = rows.setdefault(cause_of(op), {"cause": cause_of(op), "ops": 0, "measured ms": 0.0, "simulated ms": 0.0})
+        cause = cause_of(op)
+        row = rows.setdefault(cause, {"cause": cause, "ops": 0, "measured ms": 0.0, "simulated ms": 0.0})
         row["ops"] += 1
         row["measured ms"] += op.measured * 1e3
         row["simulated ms"] += op.simulated * 1e3

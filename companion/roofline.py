@@ -88,7 +88,8 @@ def step_time(report, target: Target, link: HostLink | None = None, concurrent_g
     on a host (``Target.transferring_together``); each at
     its engine's: a copy engine's, or a kernel's for the #46231 workaround's transfers, ``HostTransfer.engine``)."""
     link = link or target.link
-    concurrent_gpus = concurrent_gpus or target.transferring_together(link)
+    if concurrent_gpus is None:
+        concurrent_gpus = target.transferring_together(link)
     costs = hlo.op_costs(report.module)
     compute = recompute = 0.0
     for cost in costs:

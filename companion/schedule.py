@@ -782,8 +782,10 @@ class Simulator:
         return op.bytes / link.bandwidth_per_gpu(op.lane, self.concurrent_gpus(link), op.engine)
 
     def concurrent_gpus(self, link: HostLink | None = None) -> int:
-        """GPUs sharing ``link`` (default the target's) that transfer at once: the cost model's, else the target's."""
-        return self.cost_model.concurrent_gpus or self.target.transferring_together(link)
+        """GPUs sharing ``link`` (default the target's) that transfer at once: the cost model's, else the target's
+        (a bad count is left for ``HostLink.bandwidth_per_gpu`` to refuse)."""
+        n = self.cost_model.concurrent_gpus
+        return self.target.transferring_together(link) if n is None else n
 
     @functools.cached_property
     def flops(self) -> hlo.FlopSummary:

@@ -143,8 +143,8 @@ class Comparison:
         low, high = self.corner_range
         if not (low > 1 or high < 1):
             return UNKNOWN
-        error = bands.PAIRED_MODEL_ERROR
-        return self.a if low / (1 + error) > 1 else self.b if high / (1 - error) < 1 else TIE
+        widened = bands.Ranking(self.a, self.b, self.ratios[NOMINAL], low, high)  # the paired band's widening
+        return self.a if widened.band_low > 1 else self.b if widened.band_high < 1 else TIE
 
     def summary(self) -> str:
         low, high = self.corner_range

@@ -107,6 +107,11 @@ def test_the_in_flight_cap_serialises_transfers(limit):
     assert (overlap > 0) == (limit == 2)
 
 
+def test_a_bad_count_of_gpus_sharing_the_link_is_refused_not_defaulted():
+    with pytest.raises(ValueError, match="concurrent_gpus must be a positive integer, got 0"):
+        schedule.simulate(_two_transfers(), TARGET, cost_model=schedule.CostModel(concurrent_gpus=0))
+
+
 def test_the_cap_defaults_to_xlas_flag():
     assert schedule.prepare(_two_transfers(), TARGET).limit == 2
 
