@@ -3,6 +3,7 @@
     python benchmarks/bench_measured.py --compile-only [--only W ...] [--largest]  # here: XLA:TPU's verdicts (libtpu)
     python benchmarks/bench_measured.py --part kernels --out D  # on the chip: matmuls, HBM copy, host link, memory probe
     python benchmarks/bench_measured.py --part grid|ab --out D [--only W ...] [--subset|--traced] [--process N] [--trace]
+    python benchmarks/bench_measured.py --part fresh --out D [--start N]  # on the chip: FRESH (after the band was fixed)
     python benchmarks/bench_measured.py --merge PART.json ...   # -> benchmarks/results/measured.json
 
 The grid (``GRID``): full training steps (embedding, scanned decoder layers, head, AdamW; fp32 master
@@ -65,6 +66,7 @@ class Step:
     flash_kernel: str = "jax"  # the model's attention kernel: jax (the lab's blockwise kernel) or fused (Pallas)
     flags: str | None = None  # a libtpu preset (None: libtpu's defaults)
     subset: bool = False  # also repeated in processes 2 and 3 (the run-to-run spread)
+    fresh: bool = False  # one of FRESH: measured after the band it tests was fixed
 
     @property
     def key(self) -> str:
@@ -123,8 +125,32 @@ TRACED = ("L4-B8-S2048-full", "L4-B8-S2048-minimal", "L4-B8-S2048-qkv_offload", 
           "L4-B8-S2048-minimal_offloaded+maxtext_host_offload", "L4-B8-S2048-context_offload+pallas",
           # the long sequences the simulator is fast on, and one with the Pallas kernel beside (fourth session)
           "L4-B2-S8192-full", "L4-B2-S8192-full+pallas", "L4-B1-S16384-full", "L2-B1-S32768-qkv_offload")
+# The sixth session's steps (``--part fresh``): shapes the grid never ran — another depth, batch, sequence length
+# and the Pallas kernel at S 4096 — each under the policies that fit it, listed here and committed before they
+# were measured and after the band they test was fixed (``comparison.Comparison.seen_band``, the lab's
+# ``bands.PAIRED_MODEL_ERROR``). The comparison only ever reports them: nothing is priced from them.
+FRESH_SHAPES = {  # (layers, batch, seq, flash kernel) -> policies (a "+opt_offload" / "+flags" suffix as in GRID)
+    (6, 6, 2048, "jax"): ("full", "minimal", "qkv_offload", "mlp_offload", "context_offload", "minimal_offloaded"),
+    (4, 6, 3072, "jax"): ("full", "minimal", "context_device", "context_offload", "qkv_offload", "mlp_offload"),
+    (3, 4, 4096, "fused"): ("full", "minimal", "context_offload", "qkv_offload", "minimal_offloaded"),
+    (4, 10, 2048, "jax"): ("full", "full+opt_offload", "mlp_device", "mlp_offload+flags", "minimal_offloaded",
+                           "input_offload"),
+}
+
+
+def _fresh() -> list[Step]:
+    steps = []
+    for (layers, batch, seq, kernel), policies in FRESH_SHAPES.items():
+        for name in policies:
+            policy = name.split("+")[0]
+            steps.append(Step(layers, batch, seq, policy, optimizer_offload="+opt_offload" in name,
+                              flash_kernel=kernel, flags=OFFLOAD_FLAGS if "+flags" in name else None, fresh=True))
+    return steps
+
+
 TRACE_OP_FLOOR_SECONDS = 1e-5  # per step: ops below it are summed into the trace's "other" (their count kept)
 GRID = _grid()
+FRESH = _fresh()
 
 
 # What the first chip session (2026-12-06, source dd9fc3c59882fee7) recorded differently, said with the result.
@@ -461,7 +487,7 @@ def run_part(args) -> dict:
         return out
     placement = compiler.place(targets.target(TARGET))
     trace_root = os.path.join(args.out, "traces") if args.trace else None
-    grid = [s for s in GRID if s.subset] if args.subset else GRID
+    grid = FRESH if args.part == "fresh" else [s for s in GRID if s.subset] if args.subset else GRID
     if args.only:
         grid = [s for s in grid if any(word in s.key for word in args.only)]
     if args.traced:
@@ -518,7 +544,7 @@ def compile_only(only: list[str] | None, largest: bool) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("kernels", "overhead", "shapes", "grid", "ab"))
+    parser.add_argument("--part", choices=("kernels", "overhead", "shapes", "grid", "fresh", "ab"))
     parser.add_argument("--out", default=None, help="folder for this part's JSON (and traces)")
     parser.add_argument("--process", type=int, default=1)
     parser.add_argument("--start", type=int, default=0, help="skip the first N steps of the selection (resume)")

@@ -7,7 +7,9 @@ kernel microbenchmarks, never from these steps), beside the measured median and 
     python benchmarks/bench_tpu_simulation.py [--only W ...]   # -> benchmarks/results/tpu_simulation.json
 
 Which steps may inform modelling choices and which are only reported is fixed by ``measured.held_out``
-(committed before this benchmark's first run); ``companion.measured.hold_against`` reads the result.
+(committed before this benchmark's first run); the fresh steps (``bench_measured.FRESH``, measured after the
+band was fixed) are added with ``--only`` at the prices the comparison froze; ``companion.comparison`` reads
+the result.
 """
 
 from __future__ import annotations
@@ -63,12 +65,13 @@ def main() -> None:
     earlier = json.loads(path.read_text()) if (not args.only and path.exists()) else {}
     history = [*earlier.get("history", []), {"commit": earlier["commit"], "summary": earlier.get("summary")}] \
         if earlier else stored.get("history", [])
-    grid = {s.key: s for s in bench_measured.GRID}
+    grid = {s.key: s for s in bench_measured.GRID + bench_measured.FRESH}
     for step in m.steps:
         if not step.runs or (args.only and not any(w in step.key for w in args.only)):
             continue
         row = simulate_step(grid[step.key], placement, step.op_seconds)
-        rows[step.key] = {**row, "measured_seconds": step.seconds, "held_out": measured.held_out(step.key)}
+        rows[step.key] = {**row, "measured_seconds": step.seconds, "held_out": measured.held_out(step.key),
+                          **({"fresh": True} if step.fresh else {})}
         if stored:
             added[step.key] = head
         print(f"{step.key:52} measured {step.seconds * 1e3:8.1f} ms  simulated {row['simulated_seconds'] * 1e3:8.1f} ms "
@@ -88,15 +91,20 @@ def summarize() -> None:
     path = _common.RESULTS / "tpu_simulation.json"
     data = json.loads(path.read_text())
     c = comparison.load(path)
-    held, paired, band = c.absolute(True), c.paired(True), c.band_test()
+    held, paired, band = c.absolute(comparison.HELD_OUT), c.paired(comparison.HELD_OUT), c.band_test()
+    fresh = c.fresh_test()
     data["summary"] = {
-        "held_out_steps": held, "training_steps": c.absolute(False), "held_out_pairs": paired,
-        "training_pairs": c.paired(False), "band": band,
+        "held_out_steps": held, "training_steps": c.absolute(comparison.TRAINING), "held_out_pairs": paired,
+        "training_pairs": c.paired(comparison.TRAINING), "band": band, "seen_band": c.seen_band(),
+        **({"fresh_steps": c.absolute(comparison.FRESH), "fresh": fresh} if fresh else {}),
         "goals": {"held-out step median |error| <= 15 %": held["median_abs_error"] <= 0.15,
                   "held-out paired median |error| <= 5 %": paired["median_abs_error"] <= 0.05,
                   "rankings agree where measured differences exceed the spread":
                       paired["rankings_agreeing"] == paired["measured_rankings"],
-                  "every held-out pair inside the band": band["inside"] == band["held_out_pairs"]}}
+                  "every held-out pair inside the band": band["inside"] == band["held_out_pairs"],
+                  **({"fresh rankings agree where measured differences exceed the spread":
+                      fresh["rankings_agreeing"] == fresh["measured_rankings"],
+                      "every fresh pair inside the seen band": fresh["inside"] == fresh["pairs"]} if fresh else {})}}
     path.write_text(json.dumps(data, indent=1) + "\n")
     print(json.dumps(data["summary"], indent=1))
 

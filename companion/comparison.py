@@ -12,7 +12,13 @@ module reads that result and says how wrong the simulator is:
   differs from 1 by more than the measured run-to-run spread;
 * **the paired band's model-error term** estimated on the training half of the pairs (the largest
   |paired error| there) and tested on the held-out pairs: how many fall inside, and how many grid pairs
-  the band still calls a ranking rather than a tie.
+  the band still calls a ranking rather than a tie;
+* **the band with a stated coverage, tested on fresh steps**: ``bands.conformal_band`` over every pair of
+  both halves (``seen_band``: the lab's ``bands.PAIRED_MODEL_ERROR``), fixed and committed before the
+  fresh steps were measured (``bench_measured.FRESH``, shapes the grid never ran); ``fresh_test`` reports
+  them — pairs inside, rankings, what the band calls.
+
+Three groups, then (``StepError.group``): ``TRAINING`` and ``HELD_OUT`` (the grid's split) and ``FRESH``.
 
 A comparison is a fact about the commit whose prices it froze (``commit`` in the result): change the
 pricing (``schedule``, ``hlo``'s byte and FLOP counts, the v5e entries of ``targets``) and rerun the benchmark.
@@ -27,9 +33,14 @@ import json
 import statistics
 from pathlib import Path
 
-from . import measured
+from . import bands, measured
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "tpu_simulation.json"
+TRAINING, HELD_OUT, FRESH = "training", "held-out", "fresh"  # the groups (see the module's docstring)
+
+
+def _group(held_out: bool, fresh: bool) -> str:
+    return FRESH if fresh else HELD_OUT if held_out else TRAINING
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,13 +50,18 @@ class StepError:
     key: str
     measured_seconds: float
     simulated_seconds: float
-    held_out: bool
+    held_out: bool  # by the grid's split (``measured.held_out``)
     xla_optimal_seconds: float | None  # XLA:TPU's cost analysis (a loop body counted once: not a step time)
+    fresh: bool = False  # measured after the band was fixed (``bench_measured.FRESH``)
 
     @property
     def error(self) -> float:
         """Simulated over measured, less one (positive: the simulator is slow)."""
         return self.simulated_seconds / self.measured_seconds - 1
+
+    @property
+    def group(self) -> str:
+        return _group(self.held_out, self.fresh)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +74,11 @@ class PairError:
     simulated_ratio: float
     held_out: bool  # either step is held out
     spread: float  # the measured ratio's noise: the larger run-to-run spread of the two (the grid's where unrepeated)
+    fresh: bool = False  # either step is fresh
+
+    @property
+    def group(self) -> str:
+        return _group(self.held_out, self.fresh)
 
     @property
     def error(self) -> float:
@@ -78,6 +99,13 @@ class PairError:
         return abs(self.simulated_ratio - 1) > band
 
 
+def _calls(band: float, pairs) -> dict:
+    """What ``band`` calls a ranking (not a tie) among ``pairs``, and how many of those the chip ranked the other way."""
+    called = [p for p in pairs if p.called(band)]
+    return {"called_rankings": len(called), "pairs": len(pairs),
+            "called_and_wrong": sum(p.measured_ranking and not p.agrees for p in called)}
+
+
 def _shape(step: measured.MeasuredStep) -> tuple:
     return step.layers, step.batch, step.seq, step.flash_kernel
 
@@ -89,32 +117,49 @@ class Comparison:
     commit: str  # the lab's commit whose constants were frozen for the run
     history: tuple[dict, ...] = ()  # the comparisons a whole re-run replaced: each one's commit and summary
 
-    def absolute(self, held_out: bool = True) -> dict:
-        """Median and worst |error| of the steps in one half (``held_out``: the reported half)."""
-        errors = [abs(s.error) for s in self.steps if s.held_out == held_out]
+    @property
+    def grid_pairs(self) -> tuple[PairError, ...]:
+        """The pairs of the grid's two halves (every pair but the fresh ones)."""
+        return tuple(p for p in self.pairs if not p.fresh)
+
+    def absolute(self, group: str = HELD_OUT) -> dict:
+        """Median and worst |error| of one group's steps (``HELD_OUT``: the grid's reported half)."""
+        errors = [abs(s.error) for s in self.steps if s.group == group]
         return {"steps": len(errors), "median_abs_error": statistics.median(errors), "worst_abs_error": max(errors)}
 
-    def paired(self, held_out: bool = True) -> dict:
-        rows = [p for p in self.pairs if p.held_out == held_out]
+    def paired(self, group: str = HELD_OUT) -> dict:
+        rows = [p for p in self.pairs if p.group == group]
         ranked = [p for p in rows if p.measured_ranking]
         return {"pairs": len(rows), "median_abs_error": statistics.median(abs(p.error) for p in rows),
                 "worst_abs_error": max(abs(p.error) for p in rows), "measured_rankings": len(ranked),
                 "rankings_agreeing": sum(p.agrees for p in ranked)}
 
     def band(self) -> float:
-        """The paired band's model-error term, from the training half: the largest |paired error| there."""
-        return max(abs(p.error) for p in self.pairs if not p.held_out)
+        """The first estimate of the paired band's model-error term: the training half's largest |paired error|."""
+        return max(abs(p.error) for p in self.pairs if p.group == TRAINING)
 
     def band_test(self) -> dict:
-        """The training half's band tested on the held-out pairs, and what it still calls a ranking."""
-        band = self.band()
-        held = [p for p in self.pairs if p.held_out]
+        """The training half's band tested on the held-out pairs, and what it still calls a ranking (grid pairs)."""
+        band, held = self.band(), [p for p in self.pairs if p.group == HELD_OUT]
         return {"band": band, "held_out_pairs": len(held), "inside": sum(abs(p.error) <= band for p in held),
-                "called_rankings": sum(p.called(band) for p in self.pairs), "pairs": len(self.pairs),
-                "called_and_wrong": sum(p.called(band) and p.measured_ranking and not p.agrees for p in self.pairs)}
+                **_calls(band, self.grid_pairs)}
 
-    def worst(self, n: int = 3, held_out: bool = True) -> list[StepError]:
-        return sorted((s for s in self.steps if s.held_out == held_out), key=lambda s: -abs(s.error))[:n]
+    def seen_band(self) -> dict:
+        """The band fixed before the fresh steps: ``bands.conformal_band`` over every grid pair, its coverage."""
+        band, coverage = bands.conformal_band([p.error for p in self.grid_pairs])
+        return {"band": band, "coverage": coverage, "grid_pairs": len(self.grid_pairs)}
+
+    def fresh_test(self) -> dict | None:
+        """The seen band tested on the fresh pairs (None before any was measured): their errors and rankings
+        (``paired``), how many fall inside, what the band calls a ranking among them."""
+        if not any(p.fresh for p in self.pairs):
+            return None
+        seen, fresh = self.seen_band(), [p for p in self.pairs if p.group == FRESH]
+        return {**seen, **self.paired(FRESH), "inside": sum(abs(p.error) <= seen["band"] for p in fresh),
+                **_calls(seen["band"], fresh)}
+
+    def worst(self, n: int = 3, group: str = HELD_OUT) -> list[StepError]:
+        return sorted((s for s in self.steps if s.group == group), key=lambda s: -abs(s.error))[:n]
 
 
 def pairs_of(m: measured.Measurements, simulated: dict[str, float]) -> list[PairError]:
@@ -130,7 +175,8 @@ def pairs_of(m: measured.Measurements, simulated: dict[str, float]) -> list[Pair
             spread = max(x if x is not None else floor for x in (slow.spread, fast.spread))
             out.append(PairError(slow.key, fast.key, slow.seconds / fast.seconds,
                                  simulated[slow.key] / simulated[fast.key],
-                                 measured.held_out(slow.key) or measured.held_out(fast.key), spread))
+                                 measured.held_out(slow.key) or measured.held_out(fast.key), spread,
+                                 slow.fresh or fast.fresh))
     return out
 
 
@@ -138,7 +184,7 @@ def load(path: str | Path = RESULTS, m: measured.Measurements | None = None) -> 
     data = json.loads(Path(path).read_text())
     m = m or measured.load()
     steps = tuple(StepError(r["key"], r["measured_seconds"], r["simulated_seconds"], r["held_out"],
-                            r.get("xla_optimal_seconds")) for r in data["steps"])
+                            r.get("xla_optimal_seconds"), r.get("fresh", False)) for r in data["steps"])
     simulated = {s.key: s.simulated_seconds for s in steps}
     return Comparison(steps, tuple(pairs_of(m, simulated)), data.get("commit", ""), tuple(data.get("history", ())))
 
@@ -146,19 +192,20 @@ def load(path: str | Path = RESULTS, m: measured.Measurements | None = None) -> 
 # ----------------------------------------------------------------------------- tables (notebook 07)
 
 
-def step_rows(c: Comparison, held_out: bool = True) -> list[dict]:
-    """One row per step of a half: measured, simulated, error, XLA:TPU's ``optimal_seconds``."""
+def step_rows(c: Comparison, group: str = HELD_OUT) -> list[dict]:
+    """One row per step of a group: measured, simulated, error, XLA:TPU's ``optimal_seconds``."""
     return [{"step": s.key, "measured ms": s.measured_seconds * 1e3, "simulated ms": s.simulated_seconds * 1e3,
              "error": f"{s.error:+.1%}", "XLA optimal_seconds": s.xla_optimal_seconds}
-            for s in c.steps if s.held_out == held_out]
+            for s in c.steps if s.group == group]
 
 
-def pair_rows(c: Comparison, held_out: bool = True) -> list[dict]:
-    band = c.band()
+def pair_rows(c: Comparison, group: str = HELD_OUT) -> list[dict]:
+    """One row per pair of a group, and what its band calls (the fresh pairs: the seen band; else the first)."""
+    band = c.seen_band()["band"] if group == FRESH else c.band()
     return [{"slower": p.a, "faster": p.b, "measured": p.measured_ratio, "simulated": p.simulated_ratio,
              "error": f"{p.error:+.1%}", "measured ranks": p.measured_ranking, "agrees": p.agrees,
              "band calls": "ranking" if p.called(band) else "tie"}
-            for p in c.pairs if p.held_out == held_out]
+            for p in c.pairs if p.group == group]
 
 
 def break_even_rows(m: measured.Measurements, d_model: int = 2048, kv_dim: int = 1024, qkv_out: int = 4096) -> list[dict]:

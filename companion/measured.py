@@ -60,7 +60,7 @@ def merge(parts: list[dict], step_defaults: dict | None = None, notes: tuple[str
     step fields a part's code did not yet record (said in ``notes``, stored with the result); the kernels are
     the newest kernels part's, the per-op overhead the newest overhead part's; a step's trace (and its ops'
     seconds) is kept from whichever process traced it."""
-    grids = sorted((p for p in parts if p.get("part") in ("grid", "largest")), key=lambda p: p.get("process", 1))
+    grids = sorted((p for p in parts if p.get("part") in ("grid", "fresh", "largest")), key=lambda p: p.get("process", 1))
     kernels = max((p for p in parts if p.get("part") == "kernels"), key=lambda p: p["environment"]["date"], default={})
     overhead = max((p for p in parts if p.get("part") == "overhead"), key=lambda p: p["environment"]["date"], default={})
     if not grids:
@@ -112,6 +112,7 @@ class MeasuredStep:
     needed_bytes: int | None  # what XLA:TPU said it needed when it refused
     footprint_bytes: int | None  # the runtime's buffers in use + the program's reservation after the step ran
     host_bytes: int | None
+    fresh: bool  # measured after the band it tests was fixed (bench_measured.FRESH): only ever reported
     record: dict = dataclasses.field(repr=False, compare=False)
 
     @property
@@ -128,7 +129,7 @@ class MeasuredStep:
                    record["verdict"]["status"] == "runs",
                    record.get("timing", {}).get("median"), record.get("spread"), compiled.get("peak_bytes"),
                    compiled.get("needed_bytes") or record["verdict"].get("needed_bytes"), footprint,
-                   compiled.get("host_bytes"), record)
+                   compiled.get("host_bytes"), step.get("fresh", False), record)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,7 +198,8 @@ def sequence_sweep(m: Measurements, slower: str = "context_offload", faster: str
 def held_out(key: str) -> bool:
     """The split of the measured grid, fixed before the simulator was first held against it: a step whose
     key's SHA-256 is odd is held out (only ever reported), the others may inform modelling choices. A
-    pair is held out when either of its steps is."""
+    pair is held out when either of its steps is. The fresh steps (``MeasuredStep.fresh``) are a third
+    group beside both halves."""
     return int(hashlib.sha256(key.encode()).hexdigest(), 16) % 2 == 1
 
 

@@ -359,12 +359,16 @@ def time_by_kind_bars(rows: Mapping[str, Mapping[str, float]], *, title: str = "
 
 
 def measured_vs_simulated(steps, *, title: str = ""):
-    """Simulated against measured step time (``comparison.StepError``s), log-log, the held-out half filled and
-    the training half hollow, with the diagonal and +-15 % beside it."""
+    """Simulated against measured step time (``comparison.StepError``s), log-log, the held-out half filled, the
+    training half hollow and the fresh steps (measured after the band was fixed) as triangles, with the
+    diagonal and +-15 % beside it."""
     fig, ax = plt.subplots(figsize=(6.2, 5.0))
-    for held, style in ((False, {"facecolors": "none", "edgecolors": "#4C72B0", "label": "training half"}),
-                        (True, {"color": "#C44E52", "label": "held-out half"})):
-        mine = [s for s in steps if s.held_out == held]
+    for group, style in (("training", {"facecolors": "none", "edgecolors": "#4C72B0", "label": "training half"}),
+                         ("held-out", {"color": "#C44E52", "label": "held-out half"}),
+                         ("fresh", {"color": "#55A868", "marker": "^", "label": "fresh steps"})):
+        mine = [s for s in steps if s.group == group]
+        if not mine:
+            continue
         ax.scatter([s.measured_seconds * 1e3 for s in mine], [s.simulated_seconds * 1e3 for s in mine], s=30, zorder=3,
                    **style)
     low = min(min(s.measured_seconds, s.simulated_seconds) for s in steps) * 1e3 * 0.8

@@ -16,7 +16,7 @@ def stored():
 def test_every_step_that_ran_is_simulated_and_split_by_the_fixed_rule(stored):
     m, c = stored
     assert {s.key for s in c.steps} == {s.key for s in m.steps if s.runs}
-    assert all(s.held_out == measured.held_out(s.key) for s in c.steps)
+    assert all(s.held_out == measured.held_out(s.key) and s.fresh == m.step(s.key).fresh for s in c.steps)
     assert 0 < sum(s.held_out for s in c.steps) < len(c.steps) and len(c.commit) == 40
     for s in c.steps:
         assert s.measured_seconds == m.step(s.key).seconds and s.simulated_seconds > 0
@@ -35,10 +35,10 @@ def test_the_stored_comparison_was_priced_with_this_checkouts_v5e_table():
 
 def test_absolute_errors_are_the_held_out_halfs(stored):
     _, c = stored
-    errors = [abs(s.simulated_seconds / s.measured_seconds - 1) for s in c.steps if s.held_out]
-    summary = c.absolute(held_out=True)
+    errors = [abs(s.simulated_seconds / s.measured_seconds - 1) for s in c.steps if s.held_out and not s.fresh]
+    summary = c.absolute(comparison.HELD_OUT)
     assert summary["median_abs_error"] == statistics.median(errors) and summary["worst_abs_error"] == max(errors)
-    assert summary["steps"] == len(errors) and c.worst(1)[0].key in {s.key for s in c.steps if s.held_out}
+    assert summary["steps"] == len(errors) and c.worst(1)[0].key in {s.key for s in c.steps if s.group == "held-out"}
 
 
 def test_pairs_share_a_shape_and_rank_slower_over_faster(stored):
@@ -55,11 +55,29 @@ def test_pairs_share_a_shape_and_rank_slower_over_faster(stored):
 def test_the_band_comes_from_the_training_half_and_is_tested_on_the_other(stored):
     _, c = stored
     band = c.band()
-    assert band == max(abs(p.error) for p in c.pairs if not p.held_out)
+    assert band == max(abs(p.error) for p in c.pairs if not p.held_out and not p.fresh)
     test = c.band_test()
-    held = [p for p in c.pairs if p.held_out]
+    held = [p for p in c.pairs if p.held_out and not p.fresh]
     assert test["inside"] == sum(abs(p.error) <= band for p in held) and test["held_out_pairs"] == len(held)
-    assert test["called_rankings"] == sum(abs(p.simulated_ratio - 1) > band for p in c.pairs)
+    assert test["called_rankings"] == sum(abs(p.simulated_ratio - 1) > band for p in c.pairs if not p.fresh)
+
+
+def test_the_seen_band_is_fixed_by_the_grid_pairs_alone(stored):
+    """The band the fresh pairs test comes from the grid's pairs: adding fresh pairs, however wrong, moves it not."""
+    import dataclasses
+
+    _, c = stored
+    seen = c.seen_band()
+    assert seen["band"] == max(abs(p.error) for p in c.pairs if not p.fresh) and seen["grid_pairs"] >= 167
+    wild = comparison.PairError("x", "y", 1.5, 3.0, False, 0.001, fresh=True)  # +100 %: outside any band
+    wrong = comparison.PairError("u", "v", 1.2, 0.8, True, 0.001, fresh=True)  # ranked the other way, called
+    grown = dataclasses.replace(c, pairs=c.pairs + (wild, wrong))
+    assert grown.seen_band() == seen
+    test = grown.fresh_test()
+    fresh = [p for p in grown.pairs if p.fresh]
+    assert test["pairs"] == len(fresh) and test["inside"] == sum(abs(p.error) <= seen["band"] for p in fresh)
+    assert test["inside"] <= len(fresh) - 2 and test["called_and_wrong"] >= 1
+    assert test["measured_rankings"] - test["rankings_agreeing"] >= 1
 
 
 def test_the_break_even_rule_against_the_sequence_sweep(stored):
@@ -72,3 +90,18 @@ def test_the_break_even_rule_against_the_sequence_sweep(stored):
     measured_ratios = [r["measured offload / full"] for r in rows if r["full fits"]]
     assert all(x > 1 for x in measured_ratios)  # and the chip agrees wherever full remat fits
     assert not rows[-1]["full fits"]  # at 32K only offloading trains
+
+
+def test_the_fresh_steps_are_shapes_the_grid_never_ran(stored):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_measured
+
+    shape = lambda s: (s.layers, s.batch, s.seq, s.flash_kernel)  # noqa: E731
+    assert all(s.fresh for s in bench_measured.FRESH) and not any(s.fresh for s in bench_measured.GRID)
+    assert {shape(s) for s in bench_measured.FRESH}.isdisjoint(shape(s) for s in bench_measured.GRID)
+    assert len({s.key for s in bench_measured.FRESH}) == len(bench_measured.FRESH) >= 20
+    m, _ = stored
+    assert {s.key for s in m.steps if s.fresh} <= {s.key for s in bench_measured.FRESH}
