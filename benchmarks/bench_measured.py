@@ -189,6 +189,14 @@ SECOND_RUN_NOTES = (
     "direction: d2h and h2d per transfer, the link as an offloading step sees it",
 )
 
+# What the sixth chip session (2026-12-06, on commit 82c462d) did.
+SIXTH_RUN_NOTES = (
+    "sixth session: FRESH, 23 steps at four shapes the grid never ran, listed in commit 82c462d together with the band "
+    "they test (bands.PAIRED_MODEL_ERROR, comparison.Comparison.seen_band) before any of them ran; all ran, eight "
+    "repeated in a second process. The session's source stamp, fb9e6d31bb57f47c, is 82c462d's companion/ (its "
+    "'commit' field names the device copy's git base, 22426ee: the device tool copies the working tree onto it)",
+)
+
 
 # ----------------------------------------------------------------------------- one step
 
@@ -517,8 +525,8 @@ AB_PAIRS = (("qkv_offload", "qkv_device"), ("mlp_offload", "mlp_device"), ("cont
 
 
 def compile_only(only: list[str] | None, largest: bool) -> dict:
-    """Every grid step compiled here with libtpu's compile-only v5e (no chip): the verdicts the chip is held
-    to; with ``largest``, each ``LARGEST`` policy's largest batch searched (the grid's boundary steps)."""
+    """Every grid and fresh step compiled here with libtpu's compile-only v5e (no chip): the verdicts the chip is
+    held to; with ``largest``, each ``LARGEST`` policy's largest batch searched (the grid's boundary steps)."""
     placement = compiler.place(targets.target(TARGET))
     rows = []
     searched = []
@@ -528,7 +536,7 @@ def compile_only(only: list[str] | None, largest: bool) -> dict:
             searched.append({"policy": policy, "optimizer_offload": optimizer_offload, "batch": batch, "tried": tried})
             print(f"largest {policy}{'+opt_offload' if optimizer_offload else ''}: B={batch} "
                   f"({', '.join('%d:%.2f' % (t['batch'], t['bytes'] / 2**30) for t in tried)})", flush=True)
-    for step in GRID:
+    for step in GRID + FRESH:
         if only is not None and not any(word in step.key for word in only):
             continue
         try:
@@ -564,7 +572,7 @@ def main() -> None:
         stored = json.loads(COMPILE_ONLY.read_text()) if COMPILE_ONLY.exists() else {"steps": [], "largest": []}
         fresh = compile_only(args.only, args.largest)
         rows = {row["key"]: row for row in stored["steps"] + fresh["steps"]}
-        order = [s.key for s in GRID]
+        order = [s.key for s in GRID + FRESH]
         fresh["steps"] = sorted(rows.values(), key=lambda r: order.index(r["key"]) if r["key"] in order else len(order))
         fresh["largest"] = fresh["largest"] or stored.get("largest", [])
         _common.write("measured_compile_only", {"stamp": results.stamp(), **fresh})
@@ -577,7 +585,7 @@ def main() -> None:
             if part["environment"]["commit"] == FIRST_RUN_COMMIT:
                 for record in part.get("steps", []):
                     record.pop("trace", None)
-        merged = measured.merge(parts, FIRST_RUN_DEFAULTS, FIRST_RUN_NOTES + SECOND_RUN_NOTES)
+        merged = measured.merge(parts, FIRST_RUN_DEFAULTS, FIRST_RUN_NOTES + SECOND_RUN_NOTES + SIXTH_RUN_NOTES)
         shapes = max((p for p in parts if p.get("part") == "shapes"), key=lambda p: p["environment"]["date"], default={})
         if shapes.get("loop_matmuls"):  # the newest shapes part's (fourth session): read as raw JSON by notebook 07
             merged["loop_matmuls"] = {**shapes["loop_matmuls"], "environment": shapes["environment"]}

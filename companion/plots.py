@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 import matplotlib.pyplot as plt
+from matplotlib import ticker
 
 from .budget import Budget
 
@@ -380,6 +381,11 @@ def measured_vs_simulated(steps, *, title: str = ""):
     ax.set_yscale("log")
     ax.set_xlim(low, high)
     ax.set_ylim(low, high)
+    ticks = [t for t in (100, 200, 300, 500, 1000, 2000, 3000, 5000) if low <= t <= high]
+    for axis in (ax.xaxis, ax.yaxis):  # plain milliseconds, not 3 x 10^2 crowding its neighbours
+        axis.set_major_locator(ticker.FixedLocator(ticks))
+        axis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+        axis.set_minor_formatter(ticker.NullFormatter())
     ax.set_xlabel("measured step on the TPU v5e (ms)")
     ax.set_ylabel("simulated step (ms)")
     ax.set_title(title)

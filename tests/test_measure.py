@@ -120,7 +120,8 @@ def test_the_stored_chip_measurements_hold_together():
     for env in m.sessions:
         assert env["device_kind"] == "TPU v5 lite" and env["jax"] == env["jaxlib"] == "0.10.2" and env["libtpu"]
         assert len(env["stamp"]["companion_source"]) == 16 and len(env["commit"]) == 40
-    assert len(m.sessions) == 5 and m.environment == m.sessions[0]
+    assert len(m.sessions) == 6 and m.environment == m.sessions[0]
+    assert sum(s.fresh for s in m.steps) == 23  # the sixth session: bench_measured.FRESH, every step of it ran
     ran = [s for s in m.steps if s.runs]
     assert len(ran) >= 24 and len(m.steps) > len(ran)
     for s in ran:
