@@ -568,6 +568,9 @@ def main() -> None:
     parser.add_argument("--largest", action="store_true", help="compile-only: search each LARGEST policy's batch")
     parser.add_argument("--merge", nargs="*", default=None)
     args = parser.parse_args()
+    if args.part == "fresh" and (args.subset or args.traced):
+        parser.error("--part fresh runs FRESH (use --only or --start to choose among it): --subset and --traced select "
+                     "from GRID")
     if args.compile_only:  # rows compiled now replace the stored ones of the same step; the rest are kept
         stored = json.loads(COMPILE_ONLY.read_text()) if COMPILE_ONLY.exists() else {"steps": [], "largest": []}
         fresh = compile_only(args.only, args.largest)

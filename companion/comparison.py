@@ -10,13 +10,12 @@ module reads that result and says how wrong the simulator is:
 * **paired**: every two steps of one shape (layers, batch, sequence, attention kernel) under different
   policies or flags, simulated ratio against measured ratio; the ranking wherever the measured ratio
   differs from 1 by more than the measured run-to-run spread;
-* **the paired band's model-error term** estimated on the training half of the pairs (the largest
-  |paired error| there) and tested on the held-out pairs: how many fall inside, and how many grid pairs
-  the band still calls a ranking rather than a tie;
+* **the paired band's model-error term, first estimate**: the training half's largest |paired error|, tested
+  on the held-out pairs — how many fall inside, and how many grid pairs the band still calls a ranking;
 * **the band with a stated coverage, tested on fresh steps**: ``bands.conformal_band`` over every pair of
-  both halves (``seen_band``: the lab's ``bands.PAIRED_MODEL_ERROR``), fixed and committed before the
-  fresh steps were measured (``bench_measured.FRESH``, shapes the grid never ran); ``fresh_test`` reports
-  them — pairs inside, rankings, what the band calls.
+  both halves (``seen_band``), rounded up and committed as ``bands.PAIRED_MODEL_ERROR`` before the fresh
+  steps were measured (``bench_measured.FRESH``, shapes the grid never ran); ``fresh_test`` holds that
+  committed band against them — pairs inside, rankings, what the band calls.
 
 Three groups, then (``StepError.group``): ``TRAINING`` and ``HELD_OUT`` (the grid's split) and ``FRESH``.
 
@@ -50,7 +49,7 @@ class StepError:
     key: str
     measured_seconds: float
     simulated_seconds: float
-    held_out: bool  # by the grid's split (``measured.held_out``)
+    held_out: bool  # by the grid's split (``measured.held_out``); False for a fresh step
     xla_optimal_seconds: float | None  # XLA:TPU's cost analysis (a loop body counted once: not a step time)
     fresh: bool = False  # measured after the band was fixed (``bench_measured.FRESH``)
 
@@ -72,7 +71,7 @@ class PairError:
     b: str
     measured_ratio: float
     simulated_ratio: float
-    held_out: bool  # either step is held out
+    held_out: bool  # either step is held out (grid pairs only)
     spread: float  # the measured ratio's noise: the larger run-to-run spread of the two (the grid's where unrepeated)
     fresh: bool = False  # either step is fresh
 
@@ -99,11 +98,10 @@ class PairError:
         return abs(self.simulated_ratio - 1) > band
 
 
-def _calls(band: float, pairs) -> dict:
+def _calls(band: float, pairs: "list[PairError] | tuple[PairError, ...]") -> dict:
     """What ``band`` calls a ranking (not a tie) among ``pairs``, and how many of those the chip ranked the other way."""
     called = [p for p in pairs if p.called(band)]
-    return {"called_rankings": len(called), "pairs": len(pairs),
-            "called_and_wrong": sum(p.measured_ranking and not p.agrees for p in called)}
+    return {"called_rankings": len(called), "called_and_wrong": sum(p.measured_ranking and not p.agrees for p in called)}
 
 
 def _shape(step: measured.MeasuredStep) -> tuple:
@@ -142,21 +140,25 @@ class Comparison:
         """The training half's band tested on the held-out pairs, and what it still calls a ranking (grid pairs)."""
         band, held = self.band(), [p for p in self.pairs if p.group == HELD_OUT]
         return {"band": band, "held_out_pairs": len(held), "inside": sum(abs(p.error) <= band for p in held),
-                **_calls(band, self.grid_pairs)}
+                **_calls(band, self.grid_pairs), "pairs": len(self.grid_pairs)}
 
     def seen_band(self) -> dict:
-        """The band fixed before the fresh steps: ``bands.conformal_band`` over every grid pair, its coverage."""
+        """``bands.conformal_band`` over every grid pair (the band fixed before the fresh steps), its coverage."""
         band, coverage = bands.conformal_band([p.error for p in self.grid_pairs])
         return {"band": band, "coverage": coverage, "grid_pairs": len(self.grid_pairs)}
 
-    def fresh_test(self) -> dict | None:
-        """The seen band tested on the fresh pairs (None before any was measured): their errors and rankings
-        (``paired``), how many fall inside, what the band calls a ranking among them."""
-        if not any(p.fresh for p in self.pairs):
+    def fresh_test(self, band: float = bands.PAIRED_MODEL_ERROR) -> dict | None:
+        """The committed band (``bands.PAIRED_MODEL_ERROR``, not one recomputed now) held against the fresh pairs
+        (None before any was measured): their errors and rankings (``paired``), how many fall inside, what the
+        band calls a ranking among them, and the chance that a band with its coverage holds them all anyway
+        (``bands.chance_of_misses``: a test's power)."""
+        fresh = [p for p in self.pairs if p.group == FRESH]
+        if not fresh:
             return None
-        seen, fresh = self.seen_band(), [p for p in self.pairs if p.group == FRESH]
-        return {**seen, **self.paired(FRESH), "inside": sum(abs(p.error) <= seen["band"] for p in fresh),
-                **_calls(seen["band"], fresh)}
+        inside = sum(abs(p.error) <= band for p in fresh)
+        n = len(self.grid_pairs)
+        return {"band": band, **self.paired(FRESH), "inside": inside, **_calls(band, fresh),
+                "chance_of_as_many_misses": bands.chance_of_misses(n, n, len(fresh), len(fresh) - inside)}
 
     def worst(self, n: int = 3, group: str = HELD_OUT) -> list[StepError]:
         return sorted((s for s in self.steps if s.group == group), key=lambda s: -abs(s.error))[:n]
@@ -165,7 +167,9 @@ class Comparison:
 def pairs_of(m: measured.Measurements, simulated: dict[str, float]) -> list[PairError]:
     """Every two simulated steps of one shape, slower over faster as measured (so a ratio is >= 1)."""
     ran = [s for s in m.steps if s.runs and s.key in simulated]
-    floor = m.spread
+    # the noise floor of an unrepeated step: the grid's largest run-to-run spread (the fresh steps' spreads,
+    # measured later, change no grid pair's ranking; for a fresh pair it is a floor fixed before it was measured)
+    floor = max(s.spread for s in m.steps if s.spread is not None and not s.fresh)
     out = []
     for i, a in enumerate(ran):
         for b in ran[i + 1:]:
@@ -175,8 +179,8 @@ def pairs_of(m: measured.Measurements, simulated: dict[str, float]) -> list[Pair
             spread = max(x if x is not None else floor for x in (slow.spread, fast.spread))
             out.append(PairError(slow.key, fast.key, slow.seconds / fast.seconds,
                                  simulated[slow.key] / simulated[fast.key],
-                                 measured.held_out(slow.key) or measured.held_out(fast.key), spread,
-                                 slow.fresh or fast.fresh))
+                                 not (slow.fresh or fast.fresh) and (measured.held_out(slow.key) or measured.held_out(fast.key)),
+                                 spread, slow.fresh or fast.fresh))
     return out
 
 

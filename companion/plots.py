@@ -363,10 +363,12 @@ def measured_vs_simulated(steps, *, title: str = ""):
     """Simulated against measured step time (``comparison.StepError``s), log-log, the held-out half filled, the
     training half hollow and the fresh steps (measured after the band was fixed) as triangles, with the
     diagonal and +-15 % beside it."""
+    from .comparison import FRESH, HELD_OUT, TRAINING
+
     fig, ax = plt.subplots(figsize=(6.2, 5.0))
-    for group, style in (("training", {"facecolors": "none", "edgecolors": "#4C72B0", "label": "training half"}),
-                         ("held-out", {"color": "#C44E52", "label": "held-out half"}),
-                         ("fresh", {"color": "#55A868", "marker": "^", "label": "fresh steps"})):
+    for group, style in ((TRAINING, {"facecolors": "none", "edgecolors": "#4C72B0", "label": "training half"}),
+                         (HELD_OUT, {"color": "#C44E52", "label": "held-out half"}),
+                         (FRESH, {"color": "#55A868", "marker": "^", "label": "fresh steps"})):
         mine = [s for s in steps if s.group == group]
         if not mine:
             continue
@@ -381,9 +383,10 @@ def measured_vs_simulated(steps, *, title: str = ""):
     ax.set_yscale("log")
     ax.set_xlim(low, high)
     ax.set_ylim(low, high)
-    ticks = [t for t in (100, 200, 300, 500, 1000, 2000, 3000, 5000) if low <= t <= high]
+    ticks = [t for t in (10, 20, 50, 100, 200, 300, 500, 1000, 2000, 3000, 5000, 10000) if low <= t <= high]
     for axis in (ax.xaxis, ax.yaxis):  # plain milliseconds, not 3 x 10^2 crowding its neighbours
-        axis.set_major_locator(ticker.FixedLocator(ticks))
+        if len(ticks) >= 2:
+            axis.set_major_locator(ticker.FixedLocator(ticks))
         axis.set_major_formatter(ticker.FormatStrFormatter("%g"))
         axis.set_minor_formatter(ticker.NullFormatter())
     ax.set_xlabel("measured step on the TPU v5e (ms)")
