@@ -151,6 +151,7 @@ def _fresh() -> list[Step]:
 TRACE_OP_FLOOR_SECONDS = 1e-5  # per step: ops below it are summed into the trace's "other" (their count kept)
 GRID = _grid()
 FRESH = _fresh()
+STEPS = GRID + FRESH  # every step the chip measured, in order
 
 
 # What the first chip session (2026-12-06, source dd9fc3c59882fee7) recorded differently, said with the result.
@@ -536,7 +537,7 @@ def compile_only(only: list[str] | None, largest: bool) -> dict:
             searched.append({"policy": policy, "optimizer_offload": optimizer_offload, "batch": batch, "tried": tried})
             print(f"largest {policy}{'+opt_offload' if optimizer_offload else ''}: B={batch} "
                   f"({', '.join('%d:%.2f' % (t['batch'], t['bytes'] / 2**30) for t in tried)})", flush=True)
-    for step in GRID + FRESH:
+    for step in STEPS:
         if only is not None and not any(word in step.key for word in only):
             continue
         try:
@@ -575,7 +576,7 @@ def main() -> None:
         stored = json.loads(COMPILE_ONLY.read_text()) if COMPILE_ONLY.exists() else {"steps": [], "largest": []}
         fresh = compile_only(args.only, args.largest)
         rows = {row["key"]: row for row in stored["steps"] + fresh["steps"]}
-        order = [s.key for s in GRID + FRESH]
+        order = [s.key for s in STEPS]
         fresh["steps"] = sorted(rows.values(), key=lambda r: order.index(r["key"]) if r["key"] in order else len(order))
         fresh["largest"] = fresh["largest"] or stored.get("largest", [])
         _common.write("measured_compile_only", {"stamp": results.stamp(), **fresh})

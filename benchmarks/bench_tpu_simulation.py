@@ -65,7 +65,7 @@ def main() -> None:
     earlier = json.loads(path.read_text()) if (not args.only and path.exists()) else {}
     history = [*earlier.get("history", []), {"commit": earlier["commit"], "summary": earlier.get("summary")}] \
         if earlier else stored.get("history", [])
-    grid = {s.key: s for s in bench_measured.GRID + bench_measured.FRESH}
+    grid = {s.key: s for s in bench_measured.STEPS}
     for step in m.steps:
         if not step.runs or (args.only and not any(w in step.key for w in args.only)):
             continue
