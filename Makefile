@@ -20,7 +20,7 @@ JAX_CACHE    ?= $(abspath $(VENV))/jax-cache
 test test-package test-notebooks test-browser: export OFFLOAD_LAB_REPORT_CACHE ?= $(REPORT_CACHE)
 test test-package test-notebooks test-browser: export JAX_COMPILATION_CACHE_DIR ?= $(JAX_CACHE)
 
-.PHONY: setup lab test test-package test-notebooks test-browser notebooks benchmarks site lock clean
+.PHONY: setup lab test test-package test-notebooks test-browser rederive notebooks benchmarks site lock clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,10 @@ test-browser: $(STAMP)
 	  echo "make test-browser needs Chromium and its driver: apt-get install chromium chromium-driver"; exit 1; }
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(LOCK) -e ".[dev,browser]"
 	$(BIN)/python -m pytest -q browser_tests -p no:cacheprovider
+
+## Stored rows recomputed and compared field for field (a sample; CI runs it): benchmarks/rederive.py.
+rederive: $(STAMP)
+	$(BIN)/python benchmarks/rederive.py
 
 ## Re-execute every notebook in place (run after changing companion/ or a notebook).
 notebooks: $(STAMP)

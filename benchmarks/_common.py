@@ -1,4 +1,5 @@
-"""Shared by the benchmark scripts: where results go and what machine produced them."""
+"""Shared by the benchmark scripts: where results go, what machine produced them, and the stamp that says
+whether they still hold (``companion.results.stamp``: written with every result)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,13 @@ def machine() -> dict:
 
 
 def write(name: str, payload: dict) -> Path:
+    """``benchmarks/results/<name>.json``: the payload with the machine and its stamp (the running script's code,
+    the versions, and the table entries at the models and accelerators the payload names)."""
+    from companion import results
+
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
+    payload = {**payload, "stamp": results.stamp(payload)}
     path.write_text(json.dumps({"benchmark": name, "machine": machine(), **payload}, indent=1) + "\n")
     print(f"wrote {path.relative_to(ROOT)}")
     return path

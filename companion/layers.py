@@ -31,7 +31,7 @@ LAYERS: tuple[Layer, ...] = (
           "policy names, logical axes, where the training state lives, the platform being lowered for, the source "
           "stamp",
           ("notation", "caveats", "stderr", "results", "distributed", "policies", "sharding", "state", "lowering",
-           "layers")),
+           "layers", "freshness")),
     Layer("hardware", "the accelerators, their host links and topologies, XLA's and libtpu's flags, the fits rule",
           ("targets", "flags", "libtpu", "fit")),
     Layer("hlo", "reading what XLA wrote: scheduled HLO, buffer assignment, transfer descriptors",

@@ -1,57 +1,53 @@
 """Stored benchmark results a notebook reads instead of recompiling for minutes, and whether they are fresh.
 
-A result written by ``benchmarks/*.py`` carries ``stamp()``: the jaxlib that compiled it and a hash of
-the ``companion/`` source that produced it. ``load(path)`` reads it back with a ``Freshness``: fresh
-only where both match this checkout — a changed model, policy, compiler or simulator makes every stored
-number suspect, so any source change counts. A notebook prints the freshness line beside the numbers.
+A result written by ``benchmarks/*.py`` carries a stamp (``stamp``): what decides its numbers — the jax,
+jaxlib (and libtpu) versions, a fingerprint of the code its benchmark ran, the data files and the price-table
+and config entries it read (``companion.freshness`` says how each is keyed, and why a change that moves a
+number cannot be missed). ``load(path)`` reads a result back with its ``Freshness``: fresh where every part
+of its stamp is this checkout's. A notebook prints the freshness line beside the numbers.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
+import sys
 from pathlib import Path
+
+from . import freshness
+from .freshness import Freshness
+
+__all__ = ["Freshness", "load", "source_hash", "stamp"]
 
 PACKAGE = Path(__file__).resolve().parent
 
 
 def source_hash(root: Path = PACKAGE) -> str:
-    """SHA-256 (first 16 hex) over every ``.py`` file under ``companion/``, by relative path and bytes."""
+    """SHA-256 (first 16 hex) over every ``.py`` file under ``companion/``, by relative path and bytes: the
+    report cache's key (``companion.report_cache``: a cache may key more than decides its entries), and the
+    stamp of results written before ``freshness.RULE`` 2."""
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 
-def stamp() -> dict:
-    """What a benchmark stores beside its results so a reader can tell whether they still hold."""
-    import jaxlib
+def producer() -> str:
+    """The benchmark script this process runs (``__main__``), relative to the checkout."""
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not main or not Path(main).resolve().is_relative_to(freshness.ROOT):
+        raise ValueError(f"results are stamped by a benchmark script of this checkout, not {main!r}")
+    return Path(main).resolve().relative_to(freshness.ROOT).as_posix()
 
-    return {"companion_source": source_hash(), "jaxlib": jaxlib.__version__}
 
-
-@dataclasses.dataclass(frozen=True)
-class Freshness:
-    path: str
-    stored: dict
-    current: dict
-
-    @property
-    def fresh(self) -> bool:
-        return self.stored == self.current
-
-    def line(self) -> str:
-        written = f"{self.path}: written with jaxlib {self.stored.get('jaxlib')} from companion source " \
-                  f"{self.stored.get('companion_source')}"
-        if self.fresh:
-            return f"{written}, this checkout's: fresh"
-        return (f"{written}; this checkout: jaxlib {self.current['jaxlib']}, source {self.current['companion_source']} "
-                f"— STALE: rerun the benchmark that wrote it before trusting these numbers")
+def stamp(result: dict | None = None) -> dict:
+    """The stamp of ``result`` (the payload a benchmark writes; its models and accelerators are its coordinates),
+    written by the running benchmark script. ``benchmarks/_common.write`` stamps every payload it writes."""
+    return freshness.stamp(producer(), result)
 
 
 def load(path: str | Path) -> tuple[dict, Freshness]:
     """The stored results and their freshness against this checkout."""
     path = Path(path)
     data = json.loads(path.read_text())
-    return data, Freshness(path.name, dict(data.get("stamp", {})), stamp())
+    return data, freshness.check(path.name, data.get("stamp"))

@@ -1,4 +1,4 @@
-"""Stored benchmark results: the freshness stamp follows the source and the jaxlib."""
+"""Stored benchmark results: the rule-1 source hash (the report cache's key), and ``load``'s freshness."""
 
 import json
 
@@ -19,13 +19,17 @@ def test_source_hash_follows_every_file(tmp_path):
 
 
 def test_load_says_fresh_or_stale(tmp_path):
+    from companion import freshness
+
     path = tmp_path / "r.json"
-    path.write_text(json.dumps({"stamp": results.stamp(), "x": 1}))
-    data, freshness = results.load(path)
-    assert data["x"] == 1 and freshness.fresh and freshness.line().endswith("fresh")
-    path.write_text(json.dumps({"stamp": {**results.stamp(), "jaxlib": "0.0.1"}}))
+    stamp = freshness.stamp("benchmarks/bench_central.py", {"rows": [{"model": "llama3.1-8b", "target": "h100:1x8"}]})
+    path.write_text(json.dumps({"stamp": stamp, "x": 1}))
+    data, found = results.load(path)
+    assert data["x"] == 1 and found.fresh and found.line().endswith("fresh (the code, tables and versions it ran are "
+                                                                      "this checkout's)")
+    path.write_text(json.dumps({"stamp": {**stamp, "code": "0" * 16}}))
     _, stale = results.load(path)
-    assert not stale.fresh and "STALE" in stale.line() and "0.0.1" in stale.line()
+    assert not stale.fresh and "STALE" in stale.line() and "the code it ran" in stale.line()
 
 
 def test_compared_steps_rank_stored_rows_with_the_paired_band():

@@ -1,0 +1,198 @@
+"""Stored rows recomputed from their own fields and compared with what is stored, field for field: the check
+that a result's stamp (``companion.freshness``) keys everything that decides its numbers.
+
+    .venv/bin/python benchmarks/rederive.py                    # CI: the sample (``SAMPLES``), <= 120 s on 2 cores
+    .venv/bin/python benchmarks/rederive.py --all central      # every row of one result
+    .venv/bin/python benchmarks/rederive.py --stored DIR       # the stored results in DIR (a planted drift)
+
+For each sampled row it calls the function that wrote the row (the benchmark's own) with the row's stored inputs,
+and compares the new row with the stored one: every field equal, floats to the bit, but the wall-clock fields
+(``VARIES``). While it recomputes, it records every price-table and config entry the code reads
+(``freshness.recording``) and checks that the result's stamp holds each (a read outside the stamp's coordinates
+would be a change the stamp could miss). It prints each result's freshness line (stale results are recomputed
+too: a sample that still reproduces says the change did not move those rows). It exits 1 naming each row that
+did not reproduce or read outside its stamp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import _common
+
+from companion import freshness, results
+
+# A row's fields a rerun legitimately changes: how long its compile, or its search, took on this machine.
+VARIES = frozenset({"compile_seconds", "seconds", "wall_seconds"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Deriver:
+    """How to recompute rows of one stored result: the rows to sample (a rule over the stored rows, so that a
+    rerun that reorders them samples the same), every row, a row's name in a message, and the recomputation."""
+
+    sample: Callable[[dict], list[dict]]
+    every: Callable[[dict], list[dict]]
+    name: Callable[[dict], str]
+    derive: Callable[[dict], dict]
+
+
+# ----------------------------------------------------------------------------- central.json (bench_central.row)
+
+_SPACE_META = ("space", "mesh_name", "plan_spec", "plan_pipelined", "plan_estimated_tflops")
+
+
+def _central(row: dict) -> dict:
+    import bench_central
+    from companion import targets, train
+
+    target = targets.target(row["target"], mem_fraction=row["mem_fraction"])
+    extra = {}
+    if "ragged_buffer_factor" in row:  # the published space's rows (the planner's choice among them: as stored)
+        extra = dict(state=train.StateConfig(optimizer_memory_host_offload=row["optimizer_offload"]),
+                     factor=row["ragged_buffer_factor"], **{k: row[k] for k in _SPACE_META if k in row})
+    return bench_central.row(row["model"], target, row["mesh"], row["seq"], row["batch"], row["label"], row["policy"],
+                             row["flags"], row["dispatch"], **extra)
+
+
+def _central_sample(data: dict) -> list[dict]:
+    """The 405B on 256 H100 (a step over usable HBM among them) and the first two 8B steps on 8 H100."""
+    rows = data["rows"]
+    return ([r for r in rows if r["model"] == "llama3.1-405b"]
+            + [r for r in rows if r["model"] == "llama3.1-8b" and r["target"] == "h100:1x8"][:2])
+
+
+# ----------------------------------------------------------------------------- plan.json (bench_plan)
+
+def _plan_largest(row: dict) -> dict:
+    from companion import plan, targets, train
+
+    target = targets.target(row["target"], mem_fraction=row["mem_fraction"])
+    found = plan.largest_batch(row["model"], target, row["seq"], row["policy"], dict(row["mesh"]),
+                               state=train.StateConfig(**row["state"]), flags=row["flags"] or None)
+    return {**found.to_dict(), "label": row["label"], "flags": row["flags"], "mem_fraction": row["mem_fraction"],
+            "seconds": None}
+
+
+def _plan_deployment(row: dict) -> dict:
+    from companion import compiler, sharding, targets, train
+
+    target = targets.target(row["target"])
+    mesh = sharding.parse_mesh(row["mesh"], target.num_devices)
+    report = train.compile_step(train.trainer(row["model"], row["policy"], state=train.StateConfig(**row["state"])),
+                                compiler.place(target, sharding.active_axes(mesh)), row["batch"], row["seq"])
+    return {"model": row["model"], "target": row["target"], "num_devices": target.num_devices, "mesh": row["mesh"],
+            "batch": row["batch"], "seq": row["seq"], "policy": row["policy"],
+            "state": dataclasses.asdict(train.StateConfig(**row["state"])), "compile_seconds": None,
+            "wall_seconds": None, "device_peak_bytes": report.device.peak_bytes, "fits": report.fits}
+
+
+def _plan_row(row: dict) -> dict:
+    return _plan_largest(row) if "budget_batch" in row else _plan_deployment(row)
+
+
+def _plan_rows(data: dict) -> list[dict]:
+    return [*data["largest"], *data["deployments"]]
+
+
+def _plan_sample(data: dict) -> list[dict]:
+    """The first 405B preset whose search took one compile, and the first 405B deployment."""
+    return ([next(r for r in data["largest"] if r["model"] == "llama3.1-405b" and r["compiles"] == 1)]
+            + [next(r for r in data["deployments"] if r["model"] == "llama3.1-405b")])
+
+
+# ----------------------------------------------------------------------------- tpu_simulation.json
+
+def _tpu_step(row: dict) -> dict:
+    import bench_measured
+    import bench_tpu_simulation
+    from companion import compiler, measured, targets
+
+    step = next(s for s in measured.load().steps if s.key == row["key"])
+    grid = {s.key: s for s in bench_measured.STEPS}
+    placement = compiler.place(targets.target(bench_measured.TARGET))
+    out = bench_tpu_simulation.simulate_step(grid[row["key"]], placement, step.op_seconds)
+    return {**out, "measured_seconds": step.seconds,
+            **({"held_out": False, "fresh": True} if step.fresh else {"held_out": measured.held_out(step.key)})}
+
+
+TPU_SAMPLE = ("L4-B2-S8192-full+pallas",)  # one step, the Pallas kernel's (~30 s with libtpu's start)
+
+DERIVERS: dict[str, Deriver] = {
+    "central": Deriver(_central_sample, lambda d: d["rows"],
+                       lambda r: f"{r['model']} {r['target']} {r['mesh']} B={r['batch']} {r['label']} "
+                                 f"at {r['mem_fraction']}", _central),
+    "plan": Deriver(_plan_sample, _plan_rows,
+                    lambda r: f"{r['model']} {r['target']} {r.get('label', r['policy'])} "
+                              f"{'largest batch' if 'budget_batch' in r else 'B=%s' % r['batch']}", _plan_row),
+    "tpu_simulation": Deriver(lambda d: [r for r in d["steps"] if r["key"] in TPU_SAMPLE], lambda d: d["steps"],
+                              lambda r: r["key"], _tpu_step),
+}
+
+
+# ----------------------------------------------------------------------------- comparing
+
+def differences(stored: Any, now: Any, path: str = "") -> list[str]:
+    """Each field where ``now`` differs from ``stored`` (``path: stored -> now``), but the row's own ``VARIES``."""
+    if isinstance(stored, dict) and isinstance(now, dict):
+        out = []
+        for key in sorted(set(stored) | set(now), key=str):
+            if not path and key in VARIES:
+                continue
+            where = f"{path}.{key}" if path else str(key)
+            if key not in now or key not in stored:
+                out.append(f"{where}: {'absent' if key not in stored else repr(stored[key])[:80]} -> "
+                           f"{'absent' if key not in now else repr(now[key])[:80]}")
+            else:
+                out += differences(stored[key], now[key], where)
+        return out
+    if isinstance(stored, list) and isinstance(now, list) and len(stored) == len(now):
+        return [d for i, (a, b) in enumerate(zip(stored, now)) for d in differences(a, b, f"{path}[{i}]")]
+    return [] if stored == now else [f"{path}: {repr(stored)[:80]} -> {repr(now)[:80]}"]
+
+
+def check(name: str, data: dict, rows: list[dict], deriver: Deriver) -> list[str]:
+    """Recompute ``rows`` of result ``name``; each failure as one line naming the row."""
+    stamp = data.get("stamp") or {}
+    failures = []
+    for row in rows:
+        start = time.perf_counter()
+        with freshness.recording() as reads:
+            now = json.loads(json.dumps(deriver.derive(row)))  # as it would be stored (tuples as lists)
+        found = differences(row, now)
+        outside = freshness.uncovered(reads, stamp) if stamp.get("rule") == freshness.RULE else []
+        verdict = "reproduces" if not found else f"DOES NOT reproduce ({len(found)} fields)"
+        print(f"  {deriver.name(row)}: {verdict}, {len(reads)} table entries read, "
+              f"{time.perf_counter() - start:.1f} s", flush=True)
+        failures += [f"{name}: {deriver.name(row)}: {d}" for d in found]
+        failures += [f"{name}: {deriver.name(row)}: read {r}, which its stamp does not hold" for r in outside]
+    return failures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--all", nargs="*", default=None, choices=sorted(DERIVERS), help="every row of these")
+    parser.add_argument("--stored", type=Path, default=_common.RESULTS, help="the folder of stored results")
+    args = parser.parse_args()
+    start, failures = time.perf_counter(), []
+    for name, deriver in DERIVERS.items():
+        if args.all is not None and name not in args.all:
+            continue
+        data, fresh = results.load(args.stored / f"{name}.json")
+        print(fresh.line(), flush=True)
+        rows = deriver.every(data) if args.all is not None else deriver.sample(data)
+        failures += check(name, data, rows, deriver)
+    print(f"re-derived in {time.perf_counter() - start:.0f} s")
+    if failures:
+        print(f"{len(failures)} failures:\n" + "\n".join(failures))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

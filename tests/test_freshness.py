@@ -1,0 +1,195 @@
+"""A stored result goes stale when what decides its numbers changes, and only then (``companion.freshness``).
+
+The planted tests copy the package and the benchmark scripts, plant one change in the copy, and ask a process
+that imports the copy whether stored stamps still hold there: a docstring edit and a module moved behind a shim
+leave them fresh; one price-table constant stales the results that read it, and only those; a model dimension
+stales the results that compiled that model.
+"""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from companion import freshness, results
+
+ROOT = freshness.ROOT
+STORED = ("central", "plan")  # results stamped under rule 2 whose producers compile GPU steps
+CHECK = """
+import json, sys
+from pathlib import Path
+from companion import freshness
+stamps = json.loads(Path(sys.argv[1]).read_text())
+print(json.dumps({name: freshness.check(name, s, root=Path.cwd()).changed for name, s in stamps.items()}))
+"""
+
+
+def _stamp(rows: list[dict], producer: str = "benchmarks/bench_central.py") -> dict:
+    return freshness.stamp(producer, {"rows": rows})
+
+
+def _stored() -> dict[str, dict]:
+    out = {}
+    for name in STORED:
+        stamp = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())["stamp"]
+        assert stamp["rule"] == freshness.RULE, name
+        out[name] = stamp
+    return out
+
+
+# synthetic results at chosen coordinates, stamped by this checkout
+H100_8B = [{"model": "llama3.1-8b", "target": "h100:1x8"}]
+B200_8B = [{"model": "llama3.1-8b", "target": "b200:1x8"}]
+GB200_DSV3 = [{"model": "deepseek-v3-671b", "target": "gb200:128x4"}]
+
+
+@pytest.fixture(scope="module")
+def stamps() -> dict[str, dict]:
+    return {**_stored(), "h100 8b": _stamp(H100_8B), "b200 8b": _stamp(B200_8B), "gb200 dsv3": _stamp(GB200_DSV3),
+            "tpu": freshness.stamp("benchmarks/bench_tpu_simulation.py", {"steps": []})}
+
+
+def _copy(tmp_path: Path) -> Path:
+    root = tmp_path / "tree"
+    shutil.copytree(ROOT / "companion", root / "companion", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "benchmarks").mkdir()
+    for script in (ROOT / "benchmarks").glob("*.py"):
+        shutil.copy(script, root / "benchmarks" / script.name)
+    return root
+
+
+def _changed_in(root: Path, stamps: dict[str, dict]) -> dict[str, list[str]]:
+    """What each stamp says changed, checked by a process that imports the package from ``root``."""
+    path = root / "stamps.json"
+    path.write_text(json.dumps(stamps))
+    out = subprocess.run([sys.executable, "-c", CHECK, str(path)], cwd=root, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def _edit(path: Path, old: str, new: str, count: int = 1) -> None:
+    text = path.read_text()
+    assert text.count(old) >= count, (path, old)
+    path.write_text(text.replace(old, new, count))
+
+
+def test_the_stored_stamps_hold_here(stamps):
+    for name in STORED:
+        assert freshness.check(name, stamps[name]).fresh, freshness.check(name, stamps[name]).line()
+
+
+def test_a_docstring_edit_and_a_module_moved_behind_a_shim_leave_every_result_fresh(tmp_path, stamps):
+    root = _copy(tmp_path)
+    # docstrings and comments, in a module every GPU result runs
+    _edit(root / "companion" / "schedule.py", '"""Step time from the compiled schedule', '"""Step time (edited)')
+    _edit(root / "companion" / "schedule.py", "    def matmul(self, accelerator: targets.Accelerator) -> float:\n"
+          '        """', "    def matmul(self, accelerator: targets.Accelerator) -> float:\n"
+          '        # a planted comment\n        """A planted docstring. ')
+    # `schedule` (which holds four price tables) moved into a subpackage, its old path a shim
+    moved = root / "companion" / "pricing"
+    moved.mkdir()
+    (moved / "__init__.py").write_text('"""The simulator\'s prices."""\n')
+    text = (root / "companion" / "schedule.py").read_text()
+    (moved / "schedule.py").write_text(re.sub(r"^from \.", "from ..", text, flags=re.M))
+    (root / "companion" / "schedule.py").write_text(
+        '"""Moved to ``companion.pricing.schedule``."""\n\nimport warnings\n\n'
+        "from .pricing.schedule import *  # noqa: F403\n"
+        "from .pricing.schedule import _compute_seconds  # noqa: F401\n\n"
+        'warnings.warn("companion.schedule moved to companion.pricing.schedule", DeprecationWarning, stacklevel=2)\n')
+    # an importer that now takes the new path
+    _edit(root / "companion" / "steps.py", "from . import bands, pipelining, schedule, workaround",
+          "from . import bands, pipelining, workaround\nfrom .pricing import schedule")
+    changed = _changed_in(root, stamps)
+    assert changed == {name: [] for name in stamps}
+
+
+def test_one_price_constant_stales_the_results_that_read_it_and_only_those(tmp_path, stamps):
+    root = _copy(tmp_path)
+    _edit(root / "companion" / "schedule.py", 'MATMUL_EFFICIENCY = {"hopper": 0.75,', 'MATMUL_EFFICIENCY = {"hopper": 0.76,')
+    changed = _changed_in(root, stamps)
+    for name in ("central", "plan", "h100 8b"):  # Hopper steps priced with it
+        assert changed[name] == ["MATMUL_EFFICIENCY[hopper]"], (name, changed[name])
+    for name in ("b200 8b", "gb200 dsv3", "tpu"):  # Blackwell and TPU steps read their own rows
+        assert changed[name] == [], (name, changed[name])
+
+
+def test_a_model_dimension_stales_the_results_that_compiled_that_model(tmp_path, stamps):
+    root = _copy(tmp_path)
+    _edit(root / "companion" / "models" / "configs.py", 'ModelConfig("deepseek-v3-671b", vocab_size=129280, '
+          "d_model=7168, num_layers=61,", 'ModelConfig("deepseek-v3-671b", vocab_size=129280, d_model=7168, '
+          "num_layers=60,")
+    changed = _changed_in(root, stamps)
+    for name in ("central", "plan", "gb200 dsv3"):
+        assert changed[name] == ["CONFIGS[deepseek-v3-671b]"], (name, changed[name])
+    for name in ("h100 8b", "b200 8b", "tpu"):
+        assert changed[name] == [], (name, changed[name])
+
+
+def test_a_change_of_code_stales_every_result_that_runs_it_and_says_so(tmp_path, stamps):
+    root = _copy(tmp_path)
+    _edit(root / "companion" / "schedule.py", "SCHEMA = 2", "SCHEMA = 3")
+    changed = _changed_in(root, stamps)
+    for name in ("central", "plan", "h100 8b", "tpu"):
+        assert changed[name] == [f"the code it ran ({stamps[name]['producer']} and its imports)"], name
+
+
+def test_closure_follows_imports_and_leaves_provenance_out():
+    files = freshness.closure("benchmarks/bench_tpu_simulation.py")
+    assert "benchmarks/bench_measured.py" in files  # a benchmark it imports
+    assert {"companion/__init__.py", "companion/schedule.py", "companion/models/configs.py"} <= set(files)
+    assert not set(freshness.PROVENANCE) & set(files)
+    assert "companion/widgets.py" not in files and "companion/cli.py" not in files  # nothing imports them
+
+
+def test_a_name_imported_by_name_alone_is_bound_once_and_no_file_binds_a_name_twice():
+    # names bound in more than one file keep their module's name in the key (``_Normalize``); these are they
+    assert freshness.ambiguous_imports() == ["GiB", "RESULTS", "checkpoint_names"]
+    assert freshness.duplicate_bindings() == []
+
+
+def test_every_table_has_one_home_and_its_coordinate():
+    tables = freshness.table_values()
+    assert set(tables) == {t.name for t in freshness.TABLES}
+    assert {t.by for t in freshness.TABLES} <= set(freshness.COORDINATES)
+
+
+def test_recording_notes_each_entry_read():
+    from companion import schedule, targets
+
+    with freshness.recording() as reads:
+        gpu = targets.GPUS["h100"]
+        schedule.CostModel().matmul(gpu)
+        list(targets.GPUS)  # iterating keys is not a read
+    assert reads == {"GPUS[h100]", "MATMUL_EFFICIENCY[hopper]"}
+    assert isinstance(targets.GPUS, dict) and isinstance(schedule.MATMUL_EFFICIENCY, dict)  # restored
+    held = {"tables": {"GPUS": {"h100": "x"}, "MATMUL_EFFICIENCY": {"*": "y"}}}
+    assert freshness.uncovered(reads, held) == []
+    assert freshness.uncovered(reads | {"GPUS[b200]"}, held) == ["GPUS[b200]"]
+
+
+def test_a_stamp_of_the_old_rule_or_none_is_stale_with_its_reason():
+    old = freshness.check("r.json", {"companion_source": "ee11aff51bb0a3f9", "jaxlib": "0.10.2"})
+    assert not old.fresh and old.line() == ("r.json: no stamp of this rule — STALE: rerun the benchmark that wrote "
+                                            "it before trusting these numbers")
+    assert freshness.check("r.json", None).changed == ["no stamp"]
+
+
+def test_a_version_change_is_named(tmp_path):
+    stamp = _stamp(H100_8B)
+    stamp["versions"]["jaxlib"] = "0.0.1"
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"stamp": stamp, "x": 1}))
+    data, found = results.load(path)
+    assert data["x"] == 1 and found.changed[0].startswith("jaxlib 0.0.1 -> ") and "STALE" in found.line()
+
+
+def test_program_hash_ignores_source_positions_only():
+    a = 'x = f32[2] add(y, z), metadata={op_name="jit(f)/add" source_file="/a/b.py" source_line=10}'
+    b = 'x = f32[2] add(y, z), metadata={op_name="jit(f)/add" source_file="/c/d.py" source_line=99}'
+    c = 'x = f32[2] multiply(y, z), metadata={op_name="jit(f)/add" source_file="/a/b.py" source_line=10}'
+    assert freshness.program_hash(a) == freshness.program_hash(b) != freshness.program_hash(c)
