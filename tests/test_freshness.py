@@ -193,3 +193,30 @@ def test_program_hash_ignores_source_positions_only():
     b = 'x = f32[2] add(y, z), metadata={op_name="jit(f)/add" source_file="/c/d.py" source_line=99}'
     c = 'x = f32[2] multiply(y, z), metadata={op_name="jit(f)/add" source_file="/a/b.py" source_line=10}'
     assert freshness.program_hash(a) == freshness.program_hash(b) != freshness.program_hash(c)
+
+
+def test_no_statement_that_runs_at_import_reads_a_tables_entries():
+    """``recording`` sees reads made while rows are computed; a value derived from a table's entries at import
+    would escape it. What runs at import: module-level statements, class bodies, decorators, default arguments."""
+    import ast
+
+    names = {t.name for t in freshness.TABLES}
+    found = []
+    for path in sorted((ROOT / "companion").rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if set(freshness._bound_names(node)) & names:
+                continue  # the table itself
+            at_import = [node]
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                at_import = [*node.decorator_list, *node.args.defaults, *node.args.kw_defaults]
+            elif isinstance(node, ast.ClassDef):
+                at_import = [*node.decorator_list, *(n for n in node.body if not isinstance(
+                    n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
+                at_import += [d for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                              for d in [*n.decorator_list, *n.args.defaults, *n.args.kw_defaults]]
+            for part in filter(None, at_import):
+                used = {n.id for n in ast.walk(part) if isinstance(n, ast.Name)}
+                used |= {n.attr for n in ast.walk(part) if isinstance(n, ast.Attribute)}
+                if used & names:
+                    found.append(f"{path.relative_to(ROOT)}: {ast.unparse(part)}")
+    assert found == ["companion/targets.py: ACCELERATORS = (*GPUS, *TPUS)"]  # their keys only: not a read of entries
