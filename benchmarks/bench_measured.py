@@ -579,7 +579,8 @@ def main() -> None:
         order = [s.key for s in STEPS]
         fresh["steps"] = sorted(rows.values(), key=lambda r: order.index(r["key"]) if r["key"] in order else len(order))
         fresh["largest"] = fresh["largest"] or stored.get("largest", [])
-        _common.write("measured_compile_only", {"stamp": results.stamp(), **fresh})
+        _common.write("measured_compile_only", {"stamp": results.stamp(), **fresh},
+                      extends=args.only is not None or not args.largest)
         return
     if args.merge is not None:
         from companion import measured

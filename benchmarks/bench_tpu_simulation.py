@@ -80,20 +80,30 @@ def main() -> None:
                                          "cost_model": {k: schedule.__dict__[k]["tpu-v5e"] for k in
                                                         ("MATMUL_EFFICIENCY", "HBM_EFFICIENCY", "KERNEL_GAP_SECONDS")},
                                          **({"added": added} if added else {}),
-                                         **({"history": history} if history else {}), "steps": list(rows.values())})
+                                         **({"history": history} if history else {}), "steps": list(rows.values())},
+                      extends=bool(stored))
     summarize()
 
 
 def summarize() -> None:
     """The goals (issue #41) against the stored comparison, written beside its steps."""
+    path = _common.RESULTS / "tpu_simulation.json"
+    data, found = results.load(path)
+    if not found.fresh:  # the summary is this checkout's reading of the steps: it may join only steps it would write
+        raise SystemExit(f"{found.line()}: rerun the comparison, not its summary alone")
+    data["summary"] = summary(path)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    print(json.dumps(data["summary"], indent=1))
+
+
+def summary(path) -> dict:
+    """The goals (issue #41) against the comparison stored at ``path``."""
     from companion import comparison
 
-    path = _common.RESULTS / "tpu_simulation.json"
-    data = json.loads(path.read_text())
     c = comparison.load(path)
     held, paired, band = c.absolute(comparison.HELD_OUT), c.paired(comparison.HELD_OUT), c.band_test()
     fresh = c.fresh_test()  # the committed band (bands.PAIRED_MODEL_ERROR) against the fresh pairs
-    data["summary"] = {
+    return {
         "held_out_steps": held, "training_steps": c.absolute(comparison.TRAINING), "held_out_pairs": paired,
         "training_pairs": c.paired(comparison.TRAINING), "band": band, "seen_band": c.seen_band(),
         **({"fresh_steps": c.absolute(comparison.FRESH), "fresh": fresh} if fresh else {}),
@@ -105,8 +115,6 @@ def summarize() -> None:
                   **({"fresh rankings agree where measured differences exceed the spread":
                       fresh["rankings_agreeing"] == fresh["measured_rankings"],
                       "every fresh pair inside the committed band": fresh["inside"] == fresh["pairs"]} if fresh else {})}}
-    path.write_text(json.dumps(data, indent=1) + "\n")
-    print(json.dumps(data["summary"], indent=1))
 
 
 if __name__ == "__main__":

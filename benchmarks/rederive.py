@@ -4,6 +4,7 @@ that a result's stamp (``companion.freshness``) keys everything that decides its
     .venv/bin/python benchmarks/rederive.py                    # CI: the sample (``SAMPLES``), <= 120 s on 2 cores
     .venv/bin/python benchmarks/rederive.py --all central      # every row of one result
     .venv/bin/python benchmarks/rederive.py --stored DIR       # the stored results in DIR (a planted drift)
+    .venv/bin/python benchmarks/rederive.py --all tpu_simulation --restamp   # stamp it where every row reproduces
 
 For each sampled row it calls the function that wrote the row (the benchmark's own) with the row's stored inputs,
 and compares the new row with the stored one: every field equal, floats to the bit, but the wall-clock fields
@@ -11,7 +12,8 @@ and compares the new row with the stored one: every field equal, floats to the b
 (``freshness.recording``) and checks that the result's stamp holds each (a read outside the stamp's coordinates
 would be a change the stamp could miss). It prints each result's freshness line (stale results are recomputed
 too: a sample that still reproduces says the change did not move those rows). It exits 1 naming each row that
-did not reproduce or read outside its stamp.
+did not reproduce or read outside its stamp. ``--restamp`` (with ``--all``) writes this checkout's stamp into a
+result whose every row, and every part derived from its rows, reproduced: what rerunning its benchmark would write.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,13 +37,16 @@ VARIES = frozenset({"compile_seconds", "seconds", "wall_seconds"})
 
 @dataclasses.dataclass(frozen=True)
 class Deriver:
-    """How to recompute rows of one stored result: the rows to sample (a rule over the stored rows, so that a
-    rerun that reorders them samples the same), every row, a row's name in a message, and the recomputation."""
+    """How to recompute rows of one stored result: the script that writes it, the rows to sample (a rule over the
+    stored rows, so that a rerun that reorders them samples the same), every row, a row's name in a message, the
+    recomputation, and the parts of the file its benchmark derives from the stored rows (``whole``)."""
 
+    producer: str
     sample: Callable[[dict], list[dict]]
     every: Callable[[dict], list[dict]]
     name: Callable[[dict], str]
     derive: Callable[[dict], dict]
+    whole: Callable[[Path], dict] = lambda path: {}
 
 
 # ----------------------------------------------------------------------------- central.json (bench_central.row)
@@ -124,15 +130,23 @@ def _tpu_step(row: dict) -> dict:
 
 TPU_SAMPLE = ("L4-B2-S8192-full+pallas",)  # one step, the Pallas kernel's (~30 s with libtpu's start)
 
+
+def _tpu_summary(path: Path) -> dict:
+    import bench_tpu_simulation
+
+    return {"summary": bench_tpu_simulation.summary(path)}
+
+
 DERIVERS: dict[str, Deriver] = {
-    "central": Deriver(_central_sample, lambda d: d["rows"],
+    "central": Deriver("benchmarks/bench_central.py", _central_sample, lambda d: d["rows"],
                        lambda r: f"{r['model']} {r['target']} {r['mesh']} B={r['batch']} {r['label']} "
                                  f"at {r['mem_fraction']}", _central),
-    "plan": Deriver(_plan_sample, _plan_rows,
+    "plan": Deriver("benchmarks/bench_plan.py", _plan_sample, _plan_rows,
                     lambda r: f"{r['model']} {r['target']} {r.get('label', r['policy'])} "
                               f"{'largest batch' if 'budget_batch' in r else 'B=%s' % r['batch']}", _plan_row),
-    "tpu_simulation": Deriver(lambda d: [r for r in d["steps"] if r["key"] in TPU_SAMPLE], lambda d: d["steps"],
-                              lambda r: r["key"], _tpu_step),
+    "tpu_simulation": Deriver("benchmarks/bench_tpu_simulation.py",
+                              lambda d: [r for r in d["steps"] if r["key"] in TPU_SAMPLE], lambda d: d["steps"],
+                              lambda r: r["key"], _tpu_step, _tpu_summary),
 }
 
 
@@ -179,19 +193,41 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--all", nargs="*", default=None, choices=sorted(DERIVERS), help="every row of these")
     parser.add_argument("--stored", type=Path, default=_common.RESULTS, help="the folder of stored results")
+    parser.add_argument("--restamp", action="store_true", help="with --all: stamp each result that reproduced whole")
     args = parser.parse_args()
+    if args.restamp and not args.all:
+        parser.error("--restamp needs --all NAME: a stamp speaks for every row")
     start, failures = time.perf_counter(), []
     for name, deriver in DERIVERS.items():
         if args.all is not None and name not in args.all:
             continue
-        data, fresh = results.load(args.stored / f"{name}.json")
+        path = args.stored / f"{name}.json"
+        data, fresh = results.load(path)
         print(fresh.line(), flush=True)
         rows = deriver.every(data) if args.all is not None else deriver.sample(data)
-        failures += check(name, data, rows, deriver)
+        found = check(name, data, rows, deriver)
+        if args.all is not None:
+            found += [f"{name}: {d}" for d in differences({k: data.get(k) for k in deriver.whole(path)},
+                                                         deriver.whole(path))]
+        failures += found
+        if args.restamp and not found:
+            restamp(path, data, deriver, len(rows))
     print(f"re-derived in {time.perf_counter() - start:.0f} s")
     if failures:
         print(f"{len(failures)} failures:\n" + "\n".join(failures))
         sys.exit(1)
+
+
+def restamp(path: Path, data: dict, deriver: Deriver, rows: int) -> None:
+    """This checkout's stamp into ``path``, with what earned it: every row re-derived here, at this commit."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=_common.ROOT).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "companion", "benchmarks/*.py"], capture_output=True,
+                           text=True, cwd=_common.ROOT).stdout.strip()
+    data["stamp"] = {**freshness.stamp(deriver.producer, data),
+                     "rederived": {"rows": rows, "commit": head, "uncommitted_changes": bool(dirty),
+                                   "date": time.strftime("%Y-%m-%d")}}
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"{path.name}: restamped, every one of its {rows} rows re-derived at {head[:12]}")
 
 
 if __name__ == "__main__":
