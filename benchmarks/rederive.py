@@ -19,13 +19,14 @@ result whose every row, and every part derived from its rows, reproduced: what r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import _common
 
@@ -171,19 +172,42 @@ def differences(stored: Any, now: Any, path: str = "") -> list[str]:
     return [] if stored == now else [f"{path}: {repr(stored)[:80]} -> {repr(now)[:80]}"]
 
 
+@contextlib.contextmanager
+def programs() -> Iterator[list[str]]:
+    """Within the block, the hash of every program ``compiler.compile`` compiles (``freshness.program_hash``)."""
+    from companion import compiler
+
+    seen: list[str] = []
+    original = compiler.compile
+
+    def compile_and_note(*args, **kwargs):
+        out = original(*args, **kwargs)
+        seen.append(freshness.program_hash((out[0] if isinstance(out, tuple) else out).hlo_text))
+        return out
+
+    compiler.compile = compile_and_note
+    try:
+        yield seen
+    finally:
+        compiler.compile = original
+
+
 def check(name: str, data: dict, rows: list[dict], deriver: Deriver) -> list[str]:
-    """Recompute ``rows`` of result ``name``; each failure as one line naming the row."""
+    """Recompute ``rows`` of result ``name``; each failure as one line naming the row. A row that stores the
+    hashes of the programs it compiled (``programs``) is held to them too."""
     stamp = data.get("stamp") or {}
     failures = []
     for row in rows:
         start = time.perf_counter()
-        with freshness.recording() as reads:
+        with freshness.recording() as reads, programs() as compiled:
             now = json.loads(json.dumps(deriver.derive(row)))  # as it would be stored (tuples as lists)
+        if "programs" in row:
+            now["programs"] = compiled
         found = differences(row, now)
         outside = freshness.uncovered(reads, stamp) if stamp.get("rule") == freshness.RULE else []
         verdict = "reproduces" if not found else f"DOES NOT reproduce ({len(found)} fields)"
-        print(f"  {deriver.name(row)}: {verdict}, {len(reads)} table entries read, "
-              f"{time.perf_counter() - start:.1f} s", flush=True)
+        print(f"  {deriver.name(row)}: {verdict}, {len(reads)} table entries read, programs "
+              f"{', '.join(compiled) or 'none'}, {time.perf_counter() - start:.1f} s", flush=True)
         failures += [f"{name}: {deriver.name(row)}: {d}" for d in found]
         failures += [f"{name}: {deriver.name(row)}: read {r}, which its stamp does not hold" for r in outside]
     return failures

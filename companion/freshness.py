@@ -10,11 +10,13 @@ stored stamp with this checkout's:
    statements of them all. What cannot move a number does not change the key: docstrings, comments and layout;
    which file holds a statement (a module moved, or split, keeps every statement); the path of an import of a
    companion name (it binds the same definition: ``ambiguous_imports`` keeps every such name defined once in the
-   package); a deprecation shim (``_is_shim``: imports and a warning, keyed where what it re-exports is defined). Any other change — an expression, a constant,
-   a default, a field, a decorator, a third-party import — changes the key. The lowered and compiled programs
-   are functions of (1), (2) and (4): the models, the trainer and the compiler sit in the closure; the CI
-   re-derivation (``benchmarks/rederive.py``) compiles sampled rows again and checks their programs' hashes
-   (``program_hash``) and every field.
+   package); a deprecation shim (``_is_shim``: imports and a warning, keyed where what it re-exports is
+   defined). Any other change — an expression, a constant, a default, a field, a decorator, a third-party
+   import — changes the key. The lowered and compiled programs are functions of (1), (2) and (4): the models,
+   the trainer and the compiler sit in the closure, so the stamp keys them through what makes them; the CI
+   re-derivation (``benchmarks/rederive.py``) compiles sampled rows again, checks every field they give, and
+   names each program it compiled by ``program_hash`` (its text without where Python traced it), holding a row
+   that stores its programs' hashes to them.
 3. **Data files** the closure names (``companion/data/*``), by content (``_data_files``).
 4. **The price tables and configs it read** (``TABLES``): left out of the code key, and kept per entry at
    the result's coordinates (``coordinates``: the models and accelerators its rows name, and what follows from an
@@ -33,6 +35,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import importlib
 import json
@@ -109,13 +112,17 @@ def _package_of(path: Path, root: Path) -> str | None:
     return ".".join(parts[:-1]) if parts[0] == "companion" else None
 
 
-def _imported_files(path: Path, root: Path) -> set[Path]:
-    """The package's files (and sibling benchmark scripts) that ``path`` imports anywhere, with the
-    ``__init__`` of every package on the way (importing ``companion.a.b`` runs ``companion/__init__.py``)."""
-    tree = ast.parse(path.read_text(), str(path))
-    package = _package_of(path, root)
+@functools.lru_cache(maxsize=1024)
+def _tree(text: str, name: str) -> ast.Module:
+    """A file's syntax tree, parsed once per content (its callers only read it)."""
+    return ast.parse(text, name)
+
+
+@functools.lru_cache(maxsize=1024)
+def _imported_names(text: str, name: str, package: str | None) -> frozenset[str]:
+    """The dotted names a file's imports name anywhere in it (relative ones resolved in ``package``)."""
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(_tree(text, name)):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -128,8 +135,14 @@ def _imported_files(path: Path, root: Path) -> set[Path]:
                 base = node.module or ""
             found.add(base)
             found |= {f"{base}.{alias.name}" for alias in node.names if alias.name != "*"}
+    return frozenset(found)
+
+
+def _imported_files(path: Path, root: Path) -> set[Path]:
+    """The package's files (and sibling benchmark scripts) that ``path`` imports anywhere, with the
+    ``__init__`` of every package on the way (importing ``companion.a.b`` runs ``companion/__init__.py``)."""
     files = set()
-    for dotted in found:
+    for dotted in _imported_names(path.read_text(), str(path), _package_of(path, root)):
         if dotted.split(".")[0] == "companion":
             parts = dotted.split(".")
             files |= {f for i in range(1, len(parts) + 1) if (f := _module_file(".".join(parts[:i]), root))}
@@ -196,11 +209,6 @@ class _Normalize(ast.NodeTransformer):
                                             asname=a.asname)]) for a in node.names]
 
 
-def _parse(path: Path) -> ast.Module:
-    """``path``'s syntax tree, read afresh (the callers mutate what they walk)."""
-    return ast.parse(path.read_text(), str(path))
-
-
 def _is_shim(body: list[ast.stmt]) -> bool:
     """A moved module's shim: nothing but imports and a deprecation warning."""
     return any(map(_is_shim_warning, body)) and all(
@@ -210,13 +218,18 @@ def _is_shim(body: list[ast.stmt]) -> bool:
 def statements(path: Path, root: Path = ROOT, ambiguous: frozenset[str] | None = None) -> list[str]:
     """One file's top-level statements as ``fingerprint`` keys them (a table's value replaced by its name; a shim
     has none: what it re-exports is keyed where it is defined)."""
-    tree = _parse(path)
-    if _is_shim(_without_docstring(tree.body)):
-        return []
     if ambiguous is None:
         ambiguous = frozenset(ambiguous_imports(root))
-    normalize = _Normalize(_package_of(path, root) is not None, ambiguous)
-    tables = {t.name for t in TABLES if t.home == path.stem}
+    return list(_statements(path.read_text(), str(path), path.stem, _package_of(path, root) is not None, ambiguous))
+
+
+@functools.lru_cache(maxsize=1024)
+def _statements(text: str, name: str, stem: str, in_package: bool, ambiguous: frozenset[str]) -> tuple[str, ...]:
+    tree = ast.parse(text, name)  # a tree of its own: the normalization rewrites it
+    if _is_shim(_without_docstring(tree.body)):
+        return ()
+    normalize = _Normalize(in_package, ambiguous)
+    tables = {t.name for t in TABLES if t.home == stem}
     out = []
     for node in _without_docstring(tree.body):
         target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else (
@@ -227,7 +240,7 @@ def statements(path: Path, root: Path = ROOT, ambiguous: frozenset[str] | None =
         visited = normalize.visit(node)
         out += [ast.dump(n, annotate_fields=False, include_attributes=False)
                 for n in (visited if isinstance(visited, list) else [visited])]
-    return out
+    return tuple(out)
 
 
 def _data_files(files: list[str], root: Path) -> dict[str, str]:
@@ -236,10 +249,16 @@ def _data_files(files: list[str], root: Path) -> dict[str, str]:
     names = {p.name: p for p in data.iterdir() if p.is_file()} if data.is_dir() else {}
     found = {}
     for f in files:
-        for node in ast.walk(ast.parse((root / f).read_text())):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
-                found[node.value] = hashlib.sha256(names[node.value].read_bytes()).hexdigest()[:16]
+        for string in _strings((root / f).read_text(), f) & set(names):
+            found[string] = hashlib.sha256(names[string].read_bytes()).hexdigest()[:16]
     return dict(sorted(found.items()))
+
+
+@functools.lru_cache(maxsize=1024)
+def _strings(text: str, name: str) -> frozenset[str]:
+    """Every string constant in a file."""
+    return frozenset(n.value for n in ast.walk(_tree(text, name)) if isinstance(n, ast.Constant)
+                     and isinstance(n.value, str))
 
 
 def fingerprint(producer: str | Path, root: Path = ROOT) -> str:
@@ -255,17 +274,23 @@ def fingerprint(producer: str | Path, root: Path = ROOT) -> str:
 def ambiguous_imports(root: Path = ROOT) -> list[str]:
     """Names the package imports from its own modules that more than one of its files binds at top level with
     different statements: an import keyed by name alone would not say which one it binds."""
+    files = tuple((str(p), p.read_text()) for p in sorted((root / "companion").rglob("*.py")))
+    return list(_ambiguous(files))
+
+
+@functools.lru_cache(maxsize=8)
+def _ambiguous(files: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
     bound: dict[str, set[str]] = {}
     imported: set[str] = set()
-    for path in sorted((root / "companion").rglob("*.py")):
-        tree = ast.parse(path.read_text())
+    for name, text in files:
+        tree = _tree(text, name)
         for node in tree.body:
             for name in _bound_names(node):
                 bound.setdefault(name, set()).add(ast.dump(node, include_attributes=False))
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("companion")):
                 imported |= {a.name for a in node.names}
-    return sorted(n for n in imported if len(bound.get(n, ())) > 1)
+    return tuple(sorted(n for n in imported if len(bound.get(n, ())) > 1))
 
 
 def duplicate_bindings(root: Path = ROOT) -> list[str]:
@@ -274,7 +299,7 @@ def duplicate_bindings(root: Path = ROOT) -> list[str]:
     out = []
     for path in sorted((root / "companion").rglob("*.py")):
         names: list[str] = []
-        for node in ast.parse(path.read_text()).body:
+        for node in _tree(path.read_text(), str(path)).body:
             if not isinstance(node, (ast.Import, ast.ImportFrom, ast.If, ast.Try)):
                 names += _bound_names(node)
         out += [f"{_relative(path, root)}: {n}" for n in sorted({n for n in names if names.count(n) > 1})]
@@ -320,7 +345,7 @@ def _defining_modules(root: Path) -> dict[str, str]:
     for f in sorted((root / "companion").rglob("*.py")):
         homed = {t.name for t in TABLES if t.home == (f.parent.name if f.stem == "__init__" else f.stem)}
         if homed:
-            for node in _parse(f).body:
+            for node in _tree(f.read_text(), str(f)).body:
                 for name in set(_bound_names(node)) & homed:
                     found[name].append(f)
     out = {}
@@ -450,12 +475,13 @@ class Freshness:
 
     path: str
     stored: dict
-    current: dict | None  # None: the stamp is of an older rule, or absent
+    current: dict | None  # None: the stamp is of an older rule, or absent, or cannot be checked here (``why``)
+    why: str = ""
 
     @property
     def changed(self) -> list[str]:
         if self.current is None:
-            return ["no stamp of this rule" if self.stored else "no stamp"]
+            return [self.why or ("no stamp of this rule" if self.stored else "no stamp")]
         out = [f"{name} {self.stored['versions'].get(name)} -> {now}"
                for name, now in self.current["versions"].items() if self.stored["versions"].get(name) != now]
         if self.stored["code"] != self.current["code"]:
@@ -489,6 +515,8 @@ def check(name: str, stored: Mapping | None, root: Path = ROOT) -> Freshness:
     stored = dict(stored or {})
     if stored.get("rule") != RULE:
         return Freshness(name, stored, None)
+    if not (root / stored["producer"]).is_file():
+        return Freshness(name, stored, None, f"its producer, {stored['producer']}, is not in this checkout")
     current = stamp(stored["producer"], root=root, named=stored["coordinates"])
     return Freshness(name, stored, current)
 

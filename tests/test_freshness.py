@@ -177,6 +177,8 @@ def test_a_stamp_of_the_old_rule_or_none_is_stale_with_its_reason():
     assert not old.fresh and old.line() == ("r.json: no stamp of this rule — STALE: rerun the benchmark that wrote "
                                             "it before trusting these numbers")
     assert freshness.check("r.json", None).changed == ["no stamp"]
+    gone = freshness.check("r.json", {**_stamp(H100_8B), "producer": "benchmarks/bench_gone.py"})
+    assert gone.changed == ["its producer, benchmarks/bench_gone.py, is not in this checkout"] and "STALE" in gone.line()
 
 
 def test_a_version_change_is_named(tmp_path):
@@ -188,11 +190,16 @@ def test_a_version_change_is_named(tmp_path):
     assert data["x"] == 1 and found.changed[0].startswith("jaxlib 0.0.1 -> ") and "STALE" in found.line()
 
 
-def test_program_hash_ignores_source_positions_only():
-    a = 'x = f32[2] add(y, z), metadata={op_name="jit(f)/add" source_file="/a/b.py" source_line=10}'
-    b = 'x = f32[2] add(y, z), metadata={op_name="jit(f)/add" source_file="/c/d.py" source_line=99}'
-    c = 'x = f32[2] multiply(y, z), metadata={op_name="jit(f)/add" source_file="/a/b.py" source_line=10}'
-    assert freshness.program_hash(a) == freshness.program_hash(b) != freshness.program_hash(c)
+def test_program_hash_ignores_where_python_traced_the_ops_only():
+    def module(path, line, op="add", frame=1):
+        return (f'HloModule jit_f\n\nFileNames\n1 "{path}"\n\nFileLocations\n1 {{file_name_id=1 line={line}}}\n\n'
+                f'ENTRY %main {{\n  x = f32[2] {op}(y, z), metadata={{op_name="jit(f)/add" stack_frame_id={frame}}}\n}}')
+
+    same = module("/a/b.py", 10)
+    assert freshness.program_hash(same) == freshness.program_hash(module("/c/d.py", 99, frame=7))
+    assert freshness.program_hash(same) != freshness.program_hash(module("/a/b.py", 10, op="multiply"))
+    traced = 'x = f32[2] add(y, z), metadata={op_name="jit(f)/add" source_file="/a/b.py" source_line=10}'
+    assert freshness.program_hash(traced) == freshness.program_hash(traced.replace("source_line=10", "source_line=12"))
 
 
 def test_no_statement_that_runs_at_import_reads_a_tables_entries():
