@@ -3,7 +3,8 @@
 A number a benchmark stores is a function of four things. ``stamp`` keys each, and ``check`` compares a
 stored stamp with this checkout's:
 
-1. **The compiler stack** (``versions``): jax and jaxlib; libtpu where the result compiled for a TPU.
+1. **The compiler stack** (``versions``): jax and jaxlib; libtpu where the result compiled for a TPU. And the
+   process's variables that move a number (``ENVIRONMENT``: ``XLA_FLAGS``, ...), which a benchmark runs without.
 2. **The code that ran** (``code``): the benchmark script and every companion module it can reach through its
    imports — the static import closure (``closure``): Python runs only code it imported, so no code outside it
    can move a number. Each file is read as its syntax tree, and ``fingerprint`` keys the sorted top-level
@@ -457,16 +458,34 @@ def versions(named: Mapping[str, list[str]], tpus: Mapping) -> dict[str, str | N
     return out
 
 
+# Variables of the process that move a number the lab computes, and where each is read: a benchmark runs with
+# them unset; a result written with one set says so, and is not this checkout's default (``check``).
+ENVIRONMENT = (
+    "XLA_FLAGS",  # XLA:GPU's flags at the backend's start (compiler.backend; flags.parse validates them)
+    "LIBTPU_INIT_ARGS",  # libtpu's flags (libtpu.check_environment)
+    "XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB",  # the pinned host pool per GPU (targets.pinned_host_pool_bytes: fits)
+)
+
+
+def environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``ENVIRONMENT`` variables set in ``environ`` (default: this process's)."""
+    import os
+
+    environ = os.environ if environ is None else environ
+    return {name: environ[name] for name in ENVIRONMENT if environ.get(name)}
+
+
 def stamp(producer: str, result: Any = None, root: Path = ROOT, *, named: Mapping[str, list[str]] | None = None,
-          installed: Mapping[str, str] | None = None) -> dict:
+          installed: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None) -> dict:
     """What a benchmark stores beside ``result`` (its payload) so a reader can tell whether it still holds.
     ``producer``: the script, relative to ``root``; ``named``: the coordinates (default: read off ``result``);
-    ``installed``: the versions (default: this environment's)."""
+    ``installed``: the versions (default: this environment's); ``environ``: the process's variables (default:
+    this one's)."""
     named = dict(named) if named is not None else coordinates(result, producer)
     files, tables = closure(producer, root), table_values(root)
     return {"rule": RULE, "producer": str(producer), "versions": dict(installed or versions(named, tables["TPUS"][1])),
-            "code": fingerprint(producer, root), "data": _data_files(files, root), "coordinates": named,
-            "tables": table_entries(files, named, tables)}
+            "environment": environment(environ), "code": fingerprint(producer, root),
+            "data": _data_files(files, root), "coordinates": named, "tables": table_entries(files, named, tables)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -484,6 +503,9 @@ class Freshness:
             return [self.why or ("no stamp of this rule" if self.stored else "no stamp")]
         out = [f"{name} {self.stored['versions'].get(name)} -> {now}"
                for name, now in self.current["versions"].items() if self.stored["versions"].get(name) != now]
+        written = self.stored.get("environment", {})  # absent: written before the stamp kept it, with none set
+        out += [f"written with {name}={value!r} (the lab's benchmarks run with it unset)"
+                for name, value in sorted(written.items())]
         if self.stored["code"] != self.current["code"]:
             out.append(f"the code it ran ({self.stored['producer']} and its imports)")
         out += [f"data file {name}" for name in sorted(set(self.stored["data"]) | set(self.current["data"]))
@@ -511,13 +533,15 @@ class Freshness:
 
 
 def check(name: str, stored: Mapping | None, root: Path = ROOT) -> Freshness:
-    """``stored`` (a result's stamp) against the stamp this checkout would write for the same coordinates."""
+    """``stored`` (a result's stamp) against the stamp this checkout would write for the same coordinates, in the
+    environment its benchmarks run in (``ENVIRONMENT`` unset, whatever this process has: the answer is the same
+    in every reader's environment but for the installed versions)."""
     stored = dict(stored or {})
     if stored.get("rule") != RULE:
         return Freshness(name, stored, None)
     if not (root / stored["producer"]).is_file():
         return Freshness(name, stored, None, f"its producer, {stored['producer']}, is not in this checkout")
-    current = stamp(stored["producer"], root=root, named=stored["coordinates"])
+    current = stamp(stored["producer"], root=root, named=stored["coordinates"], environ={})
     return Freshness(name, stored, current)
 
 

@@ -181,6 +181,17 @@ def test_a_stamp_of_the_old_rule_or_none_is_stale_with_its_reason():
     assert gone.changed == ["its producer, benchmarks/bench_gone.py, is not in this checkout"] and "STALE" in gone.line()
 
 
+def test_a_result_written_with_xla_flags_set_says_so_whatever_the_readers_environment(monkeypatch):
+    written = freshness.stamp("benchmarks/bench_central.py", {"rows": H100_8B},
+                              environ={"XLA_FLAGS": "--xla_gpu_enable_latency_hiding_scheduler=false"})
+    monkeypatch.setenv("XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB", "32")  # the reader's: not the result's
+    assert freshness.check("r.json", written).changed == [
+        "written with XLA_FLAGS='--xla_gpu_enable_latency_hiding_scheduler=false' (the lab's benchmarks run with it "
+        "unset)"]
+    clean = freshness.stamp("benchmarks/bench_central.py", {"rows": H100_8B}, environ={})
+    assert freshness.check("r.json", clean).fresh
+
+
 def test_a_version_change_is_named(tmp_path):
     stamp = _stamp(H100_8B)
     stamp["versions"]["jaxlib"] = "0.0.1"
