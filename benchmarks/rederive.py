@@ -83,8 +83,7 @@ def _plan_largest(row: dict) -> dict:
     target = targets.target(row["target"], mem_fraction=row["mem_fraction"])
     found = plan.largest_batch(row["model"], target, row["seq"], row["policy"], dict(row["mesh"]),
                                state=train.StateConfig(**row["state"]), flags=row["flags"] or None)
-    return {**found.to_dict(), "label": row["label"], "flags": row["flags"], "mem_fraction": row["mem_fraction"],
-            "seconds": None}
+    return {**found.to_dict(), "label": row["label"], "flags": row["flags"], "mem_fraction": row["mem_fraction"]}
 
 
 def _plan_deployment(row: dict) -> dict:
@@ -96,8 +95,8 @@ def _plan_deployment(row: dict) -> dict:
                                 compiler.place(target, sharding.active_axes(mesh)), row["batch"], row["seq"])
     return {"model": row["model"], "target": row["target"], "num_devices": target.num_devices, "mesh": row["mesh"],
             "batch": row["batch"], "seq": row["seq"], "policy": row["policy"],
-            "state": dataclasses.asdict(train.StateConfig(**row["state"])), "compile_seconds": None,
-            "wall_seconds": None, "device_peak_bytes": report.device.peak_bytes, "fits": report.fits}
+            "state": dataclasses.asdict(train.StateConfig(**row["state"])),
+            "device_peak_bytes": report.device.peak_bytes, "fits": report.fits}
 
 
 def _plan_row(row: dict) -> dict:
@@ -194,7 +193,7 @@ def programs() -> Iterator[list[str]]:
 
 def check(name: str, data: dict, rows: list[dict], deriver: Deriver) -> list[str]:
     """Recompute ``rows`` of result ``name``; each failure as one line naming the row. A row that stores the
-    hashes of the programs it compiled (``programs``) is held to them too."""
+    hashes of the programs it compiled (``programs``; none does yet: ``freshness`` says why) is held to them."""
     stamp = data.get("stamp") or {}
     failures = []
     for row in rows:
@@ -231,8 +230,8 @@ def main() -> None:
         rows = deriver.every(data) if args.all is not None else deriver.sample(data)
         found = check(name, data, rows, deriver)
         if args.all is not None:
-            found += [f"{name}: {d}" for d in differences({k: data.get(k) for k in deriver.whole(path)},
-                                                         deriver.whole(path))]
+            whole = deriver.whole(path)
+            found += [f"{name}: {d}" for d in differences({k: data.get(k) for k in whole}, whole)]
         failures += found
         if args.restamp and not found:
             restamp(path, data, deriver, len(rows))

@@ -16,8 +16,9 @@ stored stamp with this checkout's:
    import — changes the key. The lowered and compiled programs are functions of (1), (2) and (4): the models,
    the trainer and the compiler sit in the closure, so the stamp keys them through what makes them; the CI
    re-derivation (``benchmarks/rederive.py``) compiles sampled rows again, checks every field they give, and
-   names each program it compiled by ``program_hash`` (its text without where Python traced it), holding a row
-   that stores its programs' hashes to them.
+   names each program it compiled by ``program_hash`` (its text without where Python traced it). No row stores
+   those hashes yet: two of the CI sample's eight programs hashed differently in a clean clone than in the working
+   checkout, with every field they gave equal, so the hash does not yet name a program across checkouts.
 3. **Data files** the closure names (``companion/data/*``), by content (``_data_files``).
 4. **The price tables and configs it read** (``TABLES``): left out of the code key, and kept per entry at
    the result's coordinates (``coordinates``: the models and accelerators its rows name, and what follows from an
@@ -57,19 +58,22 @@ PROVENANCE = ("companion/results.py", "companion/freshness.py", "benchmarks/_com
 @dataclasses.dataclass(frozen=True)
 class Table:
     """A price table or config catalog: the module-level name that holds it in its home module (the module's own
-    name, wherever in the package it sits), and the coordinate its keys are (``by``), at the top level
-    (``depth`` 0) or under each top-level entry (1)."""
+    name, wherever in the package it sits), the coordinate its keys are (``by``), at the top level (``depth`` 0)
+    or under each top-level entry (1), and the modules whose code reads every entry (``whole_in``: a result
+    whose code reaches one depends on the whole table)."""
 
     name: str
     home: str
     by: str
     depth: int = 0
+    whole_in: tuple[str, ...] = ()
 
 
 COORDINATES = ("model", "accelerator", "price family", "host link", "link kind")
 TABLES: tuple[Table, ...] = (
     Table("CONFIGS", "configs", "model"),
-    Table("GPUS", "targets", "accelerator"),
+    # the budget asks the oldest GPU's compute capability whether cuDNN attention can run (budget.attention_kernel)
+    Table("GPUS", "targets", "accelerator", whole_in=("budget",)),
     Table("TPUS", "targets", "accelerator"),
     Table("HOST_LINKS", "targets", "host link"),
     Table("FABRICS", "collectives", "accelerator"),
@@ -424,12 +428,13 @@ def table_entries(files: list[str], named: Mapping[str, list[str]],
     values = {"model": set(named.get("model", ())), "accelerator": set(named.get("accelerator", ()))}
     values |= _coordinate_values(values["accelerator"], tables)
     out = {}
+    stems = {Path(f).stem for f in files}
     for table in TABLES:
         where, value = tables[table.name]
         if where not in files:
             continue
         keys = values[table.by] & set(_keys(value, table.depth)) if table.by == "model" else values[table.by]
-        if not keys:
+        if not keys or stems & set(table.whole_in):
             out[table.name] = {"*": value_hash(value)}
         elif table.depth == 0:
             out[table.name] = {k: value_hash(value[k]) if k in value else None for k in sorted(keys)}

@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/restamp.py benchmarks/results/central.json [--commit C]
 
+A result stamped under an older rule (or an older form of this one, ``--commit``) is stamped again the same way.
 A result written under rule 1 carries the byte hash of the ``companion/`` that wrote it, or no stamp at all.
 This finds the commit whose code wrote it — for a rule-1 stamp, the newest commit at or before the one that
 committed the file whose ``companion/`` has that hash; for none, the commit that committed the file, where its
@@ -97,8 +98,9 @@ def main() -> None:
         path = path.resolve()
         data = json.loads(path.read_text())
         stored = data.get("stamp") or {}
-        if stored.get("rule") == freshness.RULE:
-            print(f"{path.name}: already stamped under rule {freshness.RULE}")
+        if stored.get("rule") == freshness.RULE and not args.commit:
+            print(f"{path.name}: already stamped under rule {freshness.RULE} (name the commit that wrote it to "
+                  "stamp it again under the rule as it is now)")
             continue
         producer = producer_of(path)
         commit, evidence = (args.commit, args.evidence) if args.commit else writing_commit(path, stored)
@@ -121,7 +123,8 @@ def main() -> None:
             print(f"{path.name}: NOT restamped — this checkout differs from {'; '.join(differs)} "
                   f"(written at {commit[:12]}: {evidence}); rerun {producer}")
             continue
-        data["stamp"] = {**now, "restamped": {"from_rule": 1, "commit": commit, "evidence": evidence}}
+        data["stamp"] = {**now, "restamped": {"from_rule": stored.get("rule", 1), "commit": commit,
+                                              "evidence": evidence}}
         path.write_text(json.dumps(data, indent=1) + "\n")
         print(f"{path.name}: restamped (code {now['code']}, written at {commit[:12]}: {evidence})")
 
