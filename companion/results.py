@@ -26,9 +26,14 @@ def source_hash(root: Path = PACKAGE) -> str:
     """SHA-256 (first 16 hex) over every ``.py`` file under ``companion/``, by relative path and bytes: the
     report cache's key (``companion.report_cache``: a cache may key more than decides its entries), and the
     stamp of results written before ``freshness.RULE`` 2."""
+    return files_hash((path.relative_to(root).as_posix(), path.read_bytes()) for path in sorted(root.rglob("*.py")))
+
+
+def files_hash(files) -> str:
+    """SHA-256 (first 16 hex) over ``(relative path, bytes)`` pairs, in the order given: ``source_hash``'s digest."""
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for relative, data in files:
+        digest.update(relative.encode() + b"\0" + data + b"\0")
     return digest.hexdigest()[:16]
 
 

@@ -16,7 +16,6 @@ they differ it says what changed and writes nothing: rerun the benchmark.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -28,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from companion import freshness  # noqa: E402
+from companion import freshness, results  # noqa: E402
 
 # A result file -> the script that writes it (``bench_<name>.py`` but these).
 PRODUCERS = {"measured_compile_only": "benchmarks/bench_measured.py"}
@@ -45,12 +44,10 @@ def git(*args: str) -> str:
 
 def tree_source_hash(commit: str) -> str:
     """``results.source_hash`` of ``commit``'s ``companion/`` (rule 1's stamp), read from git."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in git("ls-tree", "-r", "--name-only", commit, "companion").splitlines()
-                       if p.endswith(".py")):
-        blob = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=ROOT, check=True, capture_output=True).stdout
-        digest.update(Path(path).relative_to("companion").as_posix().encode() + b"\0" + blob + b"\0")
-    return digest.hexdigest()[:16]
+    paths = sorted(p for p in git("ls-tree", "-r", "--name-only", commit, "companion").splitlines() if p.endswith(".py"))
+    return results.files_hash((Path(p).relative_to("companion").as_posix(),
+                               subprocess.run(["git", "show", f"{commit}:{p}"], cwd=ROOT, check=True,
+                                              capture_output=True).stdout) for p in paths)
 
 
 def writing_commit(path: Path, stored: dict) -> tuple[str, str]:
