@@ -28,8 +28,9 @@ def write(name: str, payload: dict, extends: bool = False) -> Path:
     the versions, and the table entries at the models and accelerators the payload names). ``extends``: the
     payload keeps rows of the stored result (a run of some steps): refused unless that result is fresh here, for
     one stamp cannot speak for rows that older code wrote."""
-    from companion import results
+    from companion import freshness, results
 
+    freshness.refuse_off_lock(results.producer())
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     if extends and path.exists():

@@ -552,6 +552,9 @@ def compile_only(only: list[str] | None, largest: bool) -> dict:
 
 
 def main() -> None:
+    from companion import freshness
+
+    freshness.refuse_off_lock(results.producer())  # the chip's results: on the chip lock only
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=("kernels", "overhead", "shapes", "grid", "fresh", "ab"))
     parser.add_argument("--out", default=None, help="folder for this part's JSON (and traces)")

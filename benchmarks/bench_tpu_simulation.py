@@ -45,6 +45,9 @@ def simulate_step(step: bench_measured.Step, placement, measured_ops: dict[str, 
 
 
 def main() -> None:
+    from companion import freshness
+
+    freshness.refuse_off_lock(results.producer())  # the chip's results: on the chip lock only
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", default=None)
     parser.add_argument("--summary-only", action="store_true", help="recompute the summary of the stored steps")

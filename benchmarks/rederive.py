@@ -5,6 +5,10 @@ that a result's stamp (``companion.freshness``) keys everything that decides its
     .venv/bin/python benchmarks/rederive.py --all central      # every row of one result
     .venv/bin/python benchmarks/rederive.py --stored DIR       # the stored results in DIR (a planted drift)
     .venv/bin/python benchmarks/rederive.py --all tpu_simulation --restamp   # stamp it where every row reproduces
+    .venv-chip/bin/python benchmarks/rederive.py --only tpu_simulation   # the chip's sample, on the chip lock
+
+A result of the lent chip (``freshness.CHIP_PRODUCERS``) is re-derived only on the chip lock, the compiler that
+wrote it (``make test-chip`` runs its sample); elsewhere it is skipped with a line saying so.
 
 For each sampled row it calls the function that wrote the row (the benchmark's own) with the row's stored inputs,
 and compares the new row with the stored one: every field equal, floats to the bit, but the wall-clock fields
@@ -217,12 +221,19 @@ def main() -> None:
     parser.add_argument("--all", nargs="*", default=None, choices=sorted(DERIVERS), help="every row of these")
     parser.add_argument("--stored", type=Path, default=_common.RESULTS, help="the folder of stored results")
     parser.add_argument("--restamp", action="store_true", help="with --all: stamp each result that reproduced whole")
+    parser.add_argument("--only", nargs="+", default=None, choices=sorted(DERIVERS), help="the samples of these only")
     args = parser.parse_args()
     if args.restamp and not args.all:
         parser.error("--restamp needs --all NAME: a stamp speaks for every row")
     start, failures = time.perf_counter(), []
+    locked = freshness.locked_versions()
+    on_chip_lock = freshness.versions({"accelerator": ["tpu-v5e"]}, {"tpu-v5e": None}) == locked
     for name, deriver in DERIVERS.items():
-        if args.all is not None and name not in args.all:
+        if (args.all is not None and name not in args.all) or (args.only is not None and name not in args.only):
+            continue
+        if deriver.producer in freshness.CHIP_PRODUCERS and not on_chip_lock:
+            print(f"{name}: skipped here: a result of the lent chip is re-derived on the chip lock ("
+                  + ", ".join(f"{k} {v}" for k, v in locked.items()) + "; make test-chip)", flush=True)
             continue
         path = args.stored / f"{name}.json"
         data, fresh = results.load(path)

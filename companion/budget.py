@@ -986,7 +986,7 @@ def _layer_backward_terms(cfg, pol, graphs, b, S, D, V, A, mesh, specs, shards, 
     best: list[Term] = []
     tensor, fsdp = mesh["tensor"], mesh["fsdp"]
     flags = flag_set.flags
-    prefetch = fsdp > 1 and flags.get("xla_gpu_enable_pipelined_all_gather", False)
+    prefetch = fsdp > 1 and xla_flags.pipelines(flags, "all_gather")
     # under tensor parallelism the residual stream's gradient in fp32 (before its reduction over `tensor`) and
     # four [b, S, D] partial sums and converts in the compute dtype
     scratch, scratch_text = (4 + 4 * A, "1 fp32 + 4 bf16") if tensor > 1 else (4 + 2 * A, "1 fp32 + 2 bf16")

@@ -53,8 +53,8 @@ _AB_CHECK = (f"run the first {AB_STEPS} steps twice from the same seed and data,
 
 CAVEATS: tuple[Caveat, ...] = (
     Caveat("openxla/xla#46231", "offload",
-           "jaxlib <= 0.10.2 reads offloaded scan residuals back with wrong memcpy descriptors: silently wrong "
-           "gradients.",
+           "jaxlib 0.10.2 (and any XLA before openxla/xla #46308) reads offloaded scan residuals back with wrong memcpy "
+           "descriptors: silently wrong gradients. Exported only for such a jaxlib (flags.DESCRIPTOR_BUG).",
            "--xla_disable_hlo_passes=dynamic-slice-annotator (the lab adds it; fixed by openxla/xla #46308 in later "
            "XLA). Same memory, still async, but not free: each offloaded residual's transfer becomes a generated "
            "kernel that reads or writes host memory over the link from the SMs (zero-copy) instead of a copy-engine "
@@ -66,7 +66,8 @@ CAVEATS: tuple[Caveat, ...] = (
            "times the step with and without it.", "https://github.com/openxla/xla/issues/46231"),
     Caveat("openxla/xla#37979", "pipelined",
            "pipelined host offloading's auto-enable at O1 caused a loss convergence failure (gemma3-27b on 2 x 8 "
-           "B200: loss 12.8+ against 5.7) and was made opt-in; jaxlib 0.10.2 runs it only when this flag asks.",
+           "B200: loss 12.8+ against 5.7) and was made opt-in; jaxlib 0.10.2 runs it only when this flag asks, "
+           "0.12 also at jax_optimization_level O1 and above (openxla/xla #45393).",
            "none known: leave the flag off if the A/B check fails.", _AB_CHECK,
            "https://github.com/openxla/xla/pull/37979"),
     Caveat("ab-check", "any_offload",
@@ -76,7 +77,9 @@ CAVEATS: tuple[Caveat, ...] = (
 )
 
 
-def applying(offloads_residuals: bool, pipelined: bool) -> list[Caveat]:
-    """The caveats for a step that offloads scan residuals and/or runs pipelined host offloading."""
-    wanted = {"offload": offloads_residuals, "pipelined": pipelined, "any_offload": offloads_residuals or pipelined}
+def applying(offloads_residuals: bool, pipelined: bool, descriptor_bug: bool = True) -> list[Caveat]:
+    """The caveats for a step that offloads scan residuals and/or runs pipelined host offloading, on a jaxlib with
+    or without openxla/xla #46231 (``descriptor_bug``: ``flags.has_descriptor_bug`` of the jaxlib exported for)."""
+    wanted = {"offload": offloads_residuals and descriptor_bug, "pipelined": pipelined,
+              "any_offload": offloads_residuals or pipelined}
     return [c for c in CAVEATS if wanted[c.applies]]

@@ -546,7 +546,7 @@ def _add_step_arguments(p: argparse.ArgumentParser) -> None:
                         "blockwise kernel), dot_product or chunked (teaching options)")
     p.add_argument("--moe", choices=models_configs.MOE_DISPATCHES, default=None,
                    help="routed experts: grouped (the default: MaxText's sparse path as a grouped GEMM, a tuned "
-                        "run's kernel), ragged_dot (the sparse path as pip jaxlib 0.10.2 runs jax.lax.ragged_dot: "
+                        "run's kernel), ragged_dot (the sparse path as pip jaxlib runs jax.lax.ragged_dot: "
                         "E_local x the FLOPs) or dense (MaxText's sparse_matmul: false)")
     p.add_argument("--capacity-factor", type=float, default=None,
                    help="the dense path's capacity_factor: > 0 drops past that many times an expert's balanced "
@@ -570,7 +570,8 @@ def _add_step_arguments(p: argparse.ArgumentParser) -> None:
                         "shell's XLA_FLAGS on XLA's defaults, as the run would see them")
     _add_overrides_argument(p)
     p.add_argument("--no-workarounds", action="store_true",
-                   help="leave out the lab's fixes for jaxlib 0.10.2 (the wrong offload memcpy descriptors)")
+                   help="leave out the lab's fixes for the installed jaxlib (on 0.10.2: the wrong offload memcpy "
+                        "descriptors, openxla/xla #46231; 0.12 needs none)")
     p.add_argument("--json", action="store_true", help="one JSON object")
 
 
@@ -726,7 +727,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the launcher layout the export states: 1 (MaxText's gpu_multi_process_run.sh, default) to "
                         "one per GPU")
     p.add_argument("--for-jaxlib", default=None, metavar="VERSION",
-                   help="spell the exported XLA flags for this jaxlib (default: 0.10.2, the lab's)")
+                   help="spell the exported XLA flags for this jaxlib (default: the installed one): renamed flags "
+                        "respelled, flags its XLA lacks dropped, the #46231 fix added where it has the bug")
     p.add_argument("--mem-fraction", type=float, default=targets.DEFAULT_MEM_FRACTION,
                    help="XLA_PYTHON_CLIENT_MEM_FRACTION (default 0.75)")
     p.add_argument("--xla-flags", default=None, help="the flag set to plan under (default maxtext_gpu); the planner "

@@ -461,6 +461,8 @@ class CompileReport:
         checks = self.offload.checks
         if self.offload.transfers:
             lines.append(f"  engines {self.offload.engines()}")
+            lines += [f"  why     {hlo.ENGINE_NAMES[e]}: {hlo.ENGINE_SOURCES[e]}"
+                      for e in sorted({t.engine for t in self.offload.transfers})]
         if checks.verdict != "none":
             lines.append(f"  offload memcpy descriptors: {checks.verdict}" + (
                 f" ({checks.warning()})" if checks.warning() else "")
@@ -669,15 +671,29 @@ def _compute_capability(placement: Placement):
 ANALYTICAL_ESTIMATOR = "xla_gpu_enable_analytical_latency_estimator"
 
 
+# Where the analytical latency estimator aborts XLA, per jaxlib flag table: on a step that offloads (0.10.2) or on
+# every step (0.12.0.1: ``shape.h:847 Check failed: buffer != nullptr`` in ``AnalyticalLatencyEstimator::NodeCost``
+# -> ``LoopFusion::launch_dimensions``, found compiling tiny-llama ``full`` for H100 compile-only).
+ANALYTICAL_ESTIMATOR_ABORTS = {"0.10.2": "offloading", "0.12.0.1": "every"}
+
+
 def _refuse_aborting_combinations(flag_set: xla_flags.FlagSet, lowered) -> None:
     """Refuse what would abort the process inside XLA (a CHECK failure kills a notebook's kernel).
 
-    jaxlib 0.10.2: the analytical latency estimator on a step that moves data to or from host memory
-    fails ``Check failed: buffer != nullptr`` in ``xla::Shape::dimensions`` from
-    ``GpuPerformanceModel::EstimateRunTimeForInstruction`` (the launch dimensions of an async host
-    transfer's fusion), found compiling Llama layers with ``minimal_offloaded`` for H100."""
-    if flag_set.flags.get(ANALYTICAL_ESTIMATOR) and "annotate_device_placement" in lowered.as_text():
-        raise ValueError(f"--{ANALYTICAL_ESTIMATOR}=true aborts XLA (jaxlib {xla_flags.KNOWN_JAXLIB}) on a step that "
+    The analytical latency estimator (``ANALYTICAL_ESTIMATOR_ABORTS``): at jaxlib 0.10.2 a step that moves data to
+    or from host memory fails ``Check failed: buffer != nullptr`` in ``xla::Shape::dimensions`` from
+    ``GpuPerformanceModel::EstimateRunTimeForInstruction`` (the launch dimensions of an async host transfer's
+    fusion), found compiling Llama layers with ``minimal_offloaded`` for H100; at 0.12.0.1 every step does."""
+    if not flag_set.flags.get(ANALYTICAL_ESTIMATOR):
+        return
+    jaxlib = xla_flags.INSTALLED_JAXLIB
+    scope = ANALYTICAL_ESTIMATOR_ABORTS.get(xla_flags.KNOWN_JAXLIB, "every")
+    if scope == "every":
+        raise ValueError(f"--{ANALYTICAL_ESTIMATOR}=true aborts XLA (jaxlib {jaxlib}) on every step (a CHECK "
+                         "failure in its cost of loop fusions): leave it off; the speed-of-light estimator "
+                         "(--xla_gpu_enable_analytical_sol_latency_estimator, on by default) is XLA's model here")
+    if "annotate_device_placement" in lowered.as_text():
+        raise ValueError(f"--{ANALYTICAL_ESTIMATOR}=true aborts XLA (jaxlib {jaxlib}) on a step that "
                          "offloads to host memory (a CHECK failure in its GPU performance model): leave the analytical "
                          "estimator off for offloading steps, or compile a policy that does not offload")
 

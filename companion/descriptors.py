@@ -190,7 +190,10 @@ def _check_one(module, instr, config, callers, loops) -> DescriptorCheck | None:
             return None
         return DescriptorCheck(instr.name, instr.opcode, loop.name, direction, loop.trip_count or 0, None, None,
                                "no descriptor")
-    descriptor = (int(config.get("byte_offset", 0)), int(config.get("byte_stride", 0)))
+    # jaxlib 0.12 nests the affine descriptor: {"loop_index", "byte_offset": "0", "byte_stride": "0",
+    # "linear": {"byte_offset", "byte_stride"}} (the top-level pair stays, zeroed); 0.10.2 had the pair only.
+    linear = config.get("linear") if isinstance(config.get("linear"), dict) else config
+    descriptor = (int(linear.get("byte_offset", 0)), int(linear.get("byte_stride", 0)))
     trips = loop.trip_count or 0 if loop is not None else 1  # outside a loop: one copy at a constant index
     counters = _loop_counters(loop) if loop is not None else {}
     try:

@@ -463,6 +463,35 @@ def versions(named: Mapping[str, list[str]], tpus: Mapping) -> dict[str, str | N
     return out
 
 
+# Results of the lent TPU v5e (measured on it, or compiled with its libtpu and priced against those measurements):
+# its stack is the chip lock, not the main one (the chip's own index serves nothing newer). Their writers refuse
+# any other jaxlib/libtpu (``refuse_off_lock``), and a reader on any lock holds them to the chip lock's versions.
+CHIP_LOCK = "requirements/chip-lock.txt"
+CHIP_PRODUCERS = ("benchmarks/bench_measured.py", "benchmarks/bench_tpu_simulation.py")
+
+
+def locked_versions(lock: str = CHIP_LOCK, root: Path = ROOT) -> dict[str, str]:
+    """jax, jaxlib and libtpu as a lock file pins them (``name==version`` lines)."""
+    pins = dict(line.split("==", 1) for line in (root / lock).read_text().split() if "==" in line)
+    return {name: pins[name] for name in ("jax", "jaxlib", "libtpu")}
+
+
+def versions_for(producer: str, named: Mapping[str, list[str]], tpus: Mapping, root: Path = ROOT) -> dict:
+    """The versions a result of ``producer`` is held to: the chip lock's for the chip's results, else the installed."""
+    return locked_versions(root=root) if str(producer) in CHIP_PRODUCERS else versions(named, tpus)
+
+
+def refuse_off_lock(producer: str, root: Path = ROOT) -> None:
+    """A chip result is written on the chip lock only: SystemExit naming both stacks otherwise."""
+    if str(producer) not in CHIP_PRODUCERS:
+        return
+    locked, here = locked_versions(root=root), versions({"accelerator": ["tpu-v5e"]}, {"tpu-v5e": None})
+    if locked != here:
+        raise SystemExit(f"{producer} writes results of the lent TPU v5e: run it on the chip lock ({CHIP_LOCK}: "
+                         + ", ".join(f"{k} {v}" for k, v in locked.items()) + "; `make chip-setup`), not on "
+                         + ", ".join(f"{k} {v}" for k, v in here.items()))
+
+
 # Variables of the process that move a number the lab computes, and where each is read: a benchmark runs with
 # them unset; a result written with one set says so, and is not this checkout's default (``check``).
 ENVIRONMENT = (
@@ -488,7 +517,8 @@ def stamp(producer: str, result: Any = None, root: Path = ROOT, *, named: Mappin
     this one's)."""
     named = dict(named) if named is not None else coordinates(result, producer)
     files, tables = closure(producer, root), table_values(root)
-    return {"rule": RULE, "producer": str(producer), "versions": dict(installed or versions(named, tables["TPUS"][1])),
+    installed = installed or versions_for(producer, named, tables["TPUS"][1], root)
+    return {"rule": RULE, "producer": str(producer), "versions": dict(installed),
             "environment": environment(environ), "code": fingerprint(producer, root),
             "data": _data_files(files, root), "coordinates": named, "tables": table_entries(files, named, tables)}
 

@@ -536,15 +536,27 @@ def loops(module: HloModule) -> list[Loop]:
 
 ENGINES = ("copy_engine", "kernel", "dma")
 ENGINE_NAMES = {"copy_engine": "copy engine (DMA)", "kernel": "SM kernel (zero-copy)", "dma": "TPU DMA"}
+# Why each engine: the XLA source the classification rests on (file:line in the research notes named)
+ENGINE_SOURCES = {
+    "copy_engine": "XLA:GPU runs a slice fusion carrying a memcpy descriptor (dynamic_slice_config) as a memcpy: "
+                   "at jaxlib 0.10.2 a kCustom dynamic-slice fusion (docs/research/46231-workaround-transfers.md); "
+                   "at 0.12 a kLoop one that thunk_emitter.cc's EmitFusion matches (AnalyzeDynamicSliceCopyFusion) "
+                   "and runs as a DeviceToDeviceCopyThunk, cuMemcpyDtoDAsync on the memcpy_d2h/h2d streams "
+                   "(docs/research/xla-0.12-host-transfers.md)",
+    "kernel": "a kLoop slice fusion with no memcpy descriptor is a generated kernel whose threads move the bytes "
+              "over the link from the SMs (docs/research/46231-workaround-transfers.md)",
+    "dma": "XLA:TPU's async dynamic-(update-)slice-start: the TPU's DMA engines",
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class HostTransfer:
     """One instruction that moves bytes between device HBM and pinned host memory.
 
-    ``engine`` says what moves them (``transfer_engine``): ``copy_engine`` — a DMA copy (a ``copy-start``,
-    or a ``kCustom`` fusion: XLA:GPU's dynamic-slice fusion with a memcpy descriptor); ``kernel`` — a
-    generated kernel (a ``kLoop`` fusion) whose threads read or write the pinned host memory over the
+    ``engine`` says what moves them (``transfer_engine``, ``ENGINE_SOURCES``): ``copy_engine`` — a DMA copy (a
+    ``copy-start``, or XLA:GPU's dynamic-slice fusion with a memcpy descriptor: ``kCustom`` at jaxlib 0.10.2,
+    ``kLoop`` with a ``dynamic_slice_config`` at 0.12); ``kernel`` — a generated kernel (a ``kLoop`` fusion
+    without a descriptor) whose threads read or write the pinned host memory over the
     link themselves, on SMs (what ``--xla_disable_hlo_passes=dynamic-slice-annotator``, the lab's #46231
     workaround, turns XLA:GPU's offloaded scan residuals into); ``dma`` — XLA:TPU's native async
     ``dynamic-(update-)slice-start`` (the TPU's DMA engines).
@@ -702,14 +714,14 @@ def offload_summary(module: HloModule) -> OffloadSummary:
             moved = (device_sources[0].bytes if kind == "dynamic-update-slice"
                      else dest.bytes if kind == "copy" else sum(s.bytes for s in device_sources))
             transfers.append(HostTransfer(instr.name, kind, "d2h", is_async, moved,
-                                          module.executions(instr), instr.computation, transfer_engine(instr)))
+                                          module.executions(instr), instr.computation, transfer_engine(instr, module)))
         elif any(s.on_host for s in sources) and kind != "allocate":
             transfers.append(HostTransfer(instr.name, kind, "h2d", is_async, dest.bytes,
-                                          module.executions(instr), instr.computation, transfer_engine(instr)))
+                                          module.executions(instr), instr.computation, transfer_engine(instr, module)))
     return OffloadSummary(host_buffers, tuple(transfers))
 
 
-def transfer_engine(instr: Instruction) -> str:
+def transfer_engine(instr: Instruction, module: "HloModule | None" = None) -> str:
     """What moves a host transfer's bytes (see ``HostTransfer.engine``): a DMA copy, a generated kernel on the
     SMs, or XLA:TPU's DMA engines."""
     if instr.opcode in ("copy-start", "copy"):
@@ -717,7 +729,15 @@ def transfer_engine(instr: Instruction) -> str:
     if instr.opcode in ("dynamic-slice-start", "dynamic-update-slice-start"):
         return "dma"
     if instr.opcode in ("fusion", "fusion-start"):
-        return "copy_engine" if instr.attrs.get("kind") == "kCustom" else "kernel"
+        if instr.attrs.get("kind") == "kCustom":  # jaxlib 0.10.2: the dynamic-slice memcpy fusion
+            return "copy_engine"
+        # jaxlib 0.12: the fusion stays kLoop; a wrapped slice with a memcpy descriptor (dynamic_slice_config)
+        # becomes a DynamicSliceFusion thunk around a memcpy at thunk emission (the thunk_sequence dump shows it)
+        root = wrapped_root(module, instr) if module is not None else None
+        if root is not None and root.opcode in ("dynamic-slice", "dynamic-update-slice") \
+                and root.backend_config.get("dynamic_slice_config"):
+            return "copy_engine"
+        return "kernel"
     return "kernel"  # an unfused dynamic-(update-)slice is a generated kernel too
 
 

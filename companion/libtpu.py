@@ -1,7 +1,7 @@
 """libtpu, XLA:TPU's compiler and runtime, as the lab compiles with it.
 
-* **Compile-only.** With the ``libtpu`` wheel installed (the version ``jax[tpu]==0.10.2`` pins,
-  0.0.42.1; ``make`` installs it on Linux x86-64), ``topology(tpu)`` is a TPU device to compile for on
+* **Compile-only.** With the ``libtpu`` wheel installed (jax's ``tpu`` extra pins it: 0.0.50.1 on the main
+  lock, 0.0.42.1 on the chip lock, the lent v5e's; ``make`` installs it on Linux x86-64), ``topology(tpu)`` is a TPU device to compile for on
   a machine without one (``jax.experimental.topologies.get_topology_desc``): XLA:TPU's own passes,
   memory-space assignment (``S(1)`` is the cores' VMEM, ``S(5)`` pinned host memory) and buffer
   assignment run on the CPU. ``installed()`` says whether it is there.
@@ -32,7 +32,7 @@ from . import flags as xla_flags
 from . import stderr, targets
 
 INIT_ARGS_ENV = "LIBTPU_INIT_ARGS"
-PINNED = "0.0.42.1"  # jax 0.10.2's `tpu` extra
+PINNED = "0.0.42.1"  # jax 0.10.2's `tpu` extra: the chip lock's, what the lent v5e runs (KNOWN is its flag table)
 
 _DATA = Path(__file__).with_name("data") / "libtpu_flags.json"
 _KNOWN_DATA = json.loads(_DATA.read_text())
@@ -84,8 +84,8 @@ _NO_LOCK = "ALLOW_MULTIPLE_LIBTPU_LOAD"
 def topology(tpu: targets.Tpu):
     """libtpu's compile-only topology of one ``tpu`` chip (its devices are what a step is compiled for)."""
     if not installed():
-        raise ValueError(f"compiling for {tpu.key} without a TPU needs libtpu: pip install 'libtpu=={PINNED}' "
-                         "(make installs it on Linux x86-64)")
+        raise ValueError(f"compiling for {tpu.key} without a TPU needs libtpu: pip install 'jax[tpu]' (libtpu at "
+                         "your jax's pin; make installs it on Linux x86-64)")
     import os
 
     from jax.experimental import topologies

@@ -387,7 +387,7 @@ class Plan:
     margin_bytes: int = 0  # the device headroom the plan required (``PLAN_MARGIN`` of usable HBM)
     tie_break: str = ""  # why the chosen finalist, in words
     processes_per_node: int = 1  # the launcher layout the export states
-    for_jaxlib: str | None = None  # the jaxlib the exported flags are spelled for (None: 0.10.2)
+    for_jaxlib: str | None = None  # the jaxlib the exported flags are spelled for (None: the installed one)
 
     @property
     def candidate(self) -> Candidate:

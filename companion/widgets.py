@@ -468,9 +468,9 @@ FLAG_TOGGLES = {
     "pipelined_offload": "--xla_gpu_enable_pipelined_host_offloading=true",
     "async_limit_4": "--xla_gpu_experimental_parallel_async_compute_limit=4",
     "no_double_buffering": "--xla_gpu_enable_while_loop_double_buffering=false",
-    "no_pipelined_collectives": "--xla_gpu_enable_pipelined_all_gather=false "
-                                "--xla_gpu_enable_pipelined_reduce_scatter=false "
-                                "--xla_gpu_enable_pipelined_all_reduce=false",
+    "no_pipelined_collectives": "--xla_gpu_pipeline_all_gather=off "
+                                "--xla_gpu_pipeline_reduce_scatter=off "
+                                "--xla_gpu_pipeline_all_reduce=off",
     "scheduler_off": "--xla_gpu_enable_latency_hiding_scheduler=false "
                      "--xla_gpu_enable_analytical_sol_latency_estimator=false",
 }

@@ -1,6 +1,7 @@
-"""Regenerate companion/data/xla_flags.json: every XLA flag the installed jaxlib accepts, with its type.
+"""Regenerate the installed jaxlib's entry of companion/data/xla_flags.json: every XLA flag it accepts, with
+its type (the other jaxlibs' entries stay: the lab supports a range, and ``companion.flags.changes`` compares them).
 
-Run after changing the jaxlib pin:  .venv/bin/python scripts/refresh_xla_flag_names.py
+Run after adding a jaxlib to the supported range:  .venv/bin/python scripts/refresh_xla_flag_names.py
 
 How: candidate names are the ``xla_*`` words in the CUDA plugin's shared library; each one is
 confirmed by a real compile-only compile that sets it to a sentinel value. XLA answers
@@ -52,6 +53,7 @@ def main() -> None:
     arg = jax.ShapeDtypeStruct((8,), jnp.float32, sharding=SingleDeviceSharding(device))
     lowered = jax.jit(lambda a: a + 1).lower(arg)
     found: dict[str, str] = {}
+    out = ROOT / "companion" / "data" / "xla_flags.json"
     # Path flags (xla_dump_to, ...) take the sentinel as a folder: let them write into a scratch dir.
     os.chdir(tempfile.mkdtemp(prefix="xla_flag_probe_"))
     with stderr.capture():
@@ -65,8 +67,9 @@ def main() -> None:
                     continue
                 m = re.search(r"is not a valid (\w+) value", message)
                 found[name] = TYPE_WORDS.get(m.group(1), m.group(1)) if m else "string"
-    out = ROOT / "companion" / "data" / "xla_flags.json"
-    out.write_text(json.dumps({"jaxlib": jaxlib.__version__, "flags": found}, indent=1, sort_keys=True) + "\n")
+    table = json.loads(out.read_text())
+    table["jaxlibs"][jaxlib.__version__] = found
+    out.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
     print(f"{len(found)} flags known to jaxlib {jaxlib.__version__} -> {out.relative_to(ROOT)}")
 
 

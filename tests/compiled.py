@@ -31,3 +31,16 @@ def tiny(policy: str):
 
 def tiny_all():
     return {p: tiny(p) for p in policies.PRESETS}
+
+
+# jaxlib 0.12's XLA keeps the last scanned layer's forward values for the backward pass: it recomputes and reads
+# back L - 1 layers, where 0.10.2's did L (tests/test_flops.py, tests/test_step_compile.py). The budget still
+# models L; its accuracy targets where that moves the peak are missed on 0.12 (issue 50's closing note), held here
+# as strict expected failures: each fails the suite the day it passes.
+def budget_miss_on_0_12(why: str):
+    import pytest
+
+    from companion import flags
+
+    return pytest.mark.xfail(flags.INSTALLED_JAXLIB == "0.12.0.1", strict=True,
+                             reason=f"budget accuracy missed on jaxlib 0.12.0.1: {why}")

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from companion import cli, targets, widgets
+from companion import cli, flags, targets, widgets
 
 STEP = ["--batch", "4", "--seq", "64"]
 TINY = ["--model", "tiny-llama", "--gpus", "2"]
@@ -171,10 +171,10 @@ def test_xla_flags_env_reads_the_run_s_flags_and_names_every_bad_one(monkeypatch
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     assert cli.main(["budget", *TINY, *STEP, "--xla-flags", "env"]) == 1
     assert "XLA_FLAGS is not set" in capsys.readouterr().err
-    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_pipeline_all_gather=on --xla_gpu_graph_level=0 "
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_pipelined_all_gather=true --xla_gpu_graph_level=0 "
                                     "--xla_gpu_enable_latency_hiding_scheduler=true")
     assert cli.main(["budget", *TINY, *STEP, "--xla-flags", "env"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: 2 XLA flags jaxlib 0.10.2 rejects")
-    assert "xla_gpu_pipeline_all_gather" in err[0] and "xla_gpu_graph_level" in err[0]
-    assert 'ready to paste: XLA_FLAGS="--xla_gpu_enable_pipelined_all_gather=true ' in err[0]
+    assert len(err) == 1 and err[0].startswith(f"error: 2 XLA flags jaxlib {flags.KNOWN_JAXLIB} rejects")
+    assert "xla_gpu_enable_pipelined_all_gather" in err[0] and "xla_gpu_graph_level" in err[0]
+    assert 'ready to paste: XLA_FLAGS="--xla_gpu_pipeline_all_gather=on ' in err[0]

@@ -146,8 +146,9 @@ def tiny_steps():
     cfg = models.config("tiny-llama")
     steps = {p: train.compile_step(train.trainer(cfg, p), placement, 4, 256) for p in ("full", "minimal",
                                                                                        "minimal_offloaded")}
-    steps["copy engines"] = train.compile_step(train.trainer(cfg, "minimal_offloaded"), placement, 4, 256,
-                                               workarounds=False)
+    # the #46231 workaround as a flag (the lab adds it only on a jaxlib with the bug): its transfers are SM kernels
+    steps["kernels"] = train.compile_step(train.trainer(cfg, "minimal_offloaded"), placement, 4, 256,
+                                          flags="--xla_disable_hlo_passes=rematerialization,dynamic-slice-annotator")
     return steps
 
 
@@ -155,13 +156,14 @@ def test_a_step_against_itself_is_a_tie_and_different_steps_rank(tiny_steps):
     full = bands.sweep(tiny_steps["full"])
     assert bands.rank(full, bands.sweep(tiny_steps["full"])).tie
     r = bands.rank(full, bands.sweep(tiny_steps["minimal"]), ("full", "minimal"), model_error=0.0)
-    assert not r.tie and r.faster == "minimal"  # the constants alone rank them: ~3 % apart ...
-    assert bands.rank(full, bands.sweep(tiny_steps["minimal"])).tie  # ... inside the method's error on ratios
-    copy_engines = bands.rank(full, bands.sweep(tiny_steps["copy engines"]), ("full", "minimal_offloaded"))
+    assert not r.tie and r.faster == "minimal"  # the constants alone rank them ...
+    within = bands.rank(full, bands.sweep(tiny_steps["minimal"]), ("full", "minimal"))
+    # ... and so does the method's error on ratios where they are further apart than it (jaxlib 0.12: ~10 %)
+    assert within.tie == (within.band_low <= 1 <= within.band_high) and within.band_low < r.low
+    copy_engines = bands.rank(full, bands.sweep(tiny_steps["minimal_offloaded"]), ("full", "minimal_offloaded"))
     # the #46231 workaround's transfer kernels: their unknown rate and SM share widen the same pair's band
-    kernels = bands.rank(full, bands.sweep(tiny_steps["minimal_offloaded"]), ("full", "minimal_offloaded"))
-    # (only a loop's slices get memcpy descriptors: without the workaround the loop's transfers are copy engines')
-    assert tiny_steps["minimal_offloaded"].offload.kernel_transfers > tiny_steps["copy engines"].offload.kernel_transfers
+    kernels = bands.rank(full, bands.sweep(tiny_steps["kernels"]), ("full", "minimal_offloaded"))
+    assert tiny_steps["kernels"].offload.kernel_transfers > tiny_steps["minimal_offloaded"].offload.kernel_transfers
     assert kernels.high - kernels.low > copy_engines.high - copy_engines.low
 
 
@@ -171,9 +173,9 @@ def test_cli_simulate_prints_a_tie_or_a_ranking(capsys):
     assert "full vs full: a tie" in capsys.readouterr().out
     assert cli.main(args + ["--policy", "full", "--against", "minimal", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    ranking = out["ranking"]  # ~3 % apart: ranked by the constants' spread alone, a tie within the model error
+    ranking = out["ranking"]  # jaxlib 0.12: ~10 % apart, ranked by the constants' spread and the model error both
     assert ranking["low"] > 1 or ranking["high"] < 1
-    assert ranking["tie"] is True and ranking["band"][0] < 1 < ranking["band"][1] and ranking["faster"] is None
+    assert ranking["tie"] is False and not ranking["band"][0] < 1 < ranking["band"][1] and ranking["faster"] == "minimal"
     band = out["error_band_abs"]
     assert band["low_seconds"] < out["step_seconds"] < band["high_seconds"]
     assert len(out["error_band_paired"]["sample_seconds"]) == bands.SAMPLES

@@ -58,7 +58,7 @@ def test_compile_prints_one_json_object_per_device(tmp_path):
     assert report["host"]["temp_bytes"] > 0 and report["offload"]["d2h_ops"] >= 1 and report["offload"]["h2d_ops"] >= 1
     assert report["compile_seconds"] > 0
     assert report["flags"]["xla_gpu_enable_latency_hiding_scheduler"] == "true"
-    assert report["flag_set"]["preset"] == "maxtext_gpu" and report["flag_set"]["workarounds"] == ["offload_descriptors"]
+    assert report["flag_set"]["preset"] == "maxtext_gpu" and report["flag_set"]["workarounds"] == []  # 0.12: no #46231
     assert report["flag_set"]["overrides"] == {"xla_gpu_enable_latency_hiding_scheduler": "true"}
     assert report["mem_fraction"] == 0.75 and report["usable_hbm_bytes"] < report["hbm_bytes"]
     assert report["fits"] is True and report["margin_bytes"] == report["usable_hbm_bytes"] - report["device"]["peak_bytes"]
@@ -139,15 +139,15 @@ def test_a_maxtext_config_in_and_its_overrides_out_give_the_same_budget(tmp_path
 
 
 def test_a_run_s_bad_xla_flags_are_one_line_not_an_abort():
-    """The run's XLA_FLAGS in the environment (here two newer XLA's spellings) read with --xla-flags env: one
-    line naming both with the string to paste, before JAX's backend would start with them and abort."""
-    env = {**os.environ, "XLA_FLAGS": "--xla_gpu_pipeline_all_gather=on --xla_gpu_graph_level=0"}
+    """The run's XLA_FLAGS in the environment (here an older XLA's boolean and a removed flag) read with --xla-flags
+    env: one line naming both with the string to paste, before JAX's backend would start with them and abort."""
+    env = {**os.environ, "XLA_FLAGS": "--xla_gpu_enable_pipelined_all_gather=true --xla_gpu_graph_level=0"}
     out = subprocess.run([sys.executable, "-m", "companion", "compile", "--model", "tiny-llama", "--gpus", "2",
                           "--batch", "4", "--seq", "64", "--xla-flags", "env"], capture_output=True, text=True,
                          timeout=120, env=env)
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: 2 XLA flags"), out.stderr
-    assert 'ready to paste: XLA_FLAGS="--xla_gpu_enable_pipelined_all_gather=true"' in lines[0]
+    assert 'ready to paste: XLA_FLAGS="--xla_gpu_pipeline_all_gather=on"' in lines[0]
 
 
 def test_train_refuses_a_model_this_machine_cannot_hold_in_one_line():

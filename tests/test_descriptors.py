@@ -2,6 +2,7 @@
 real compiles of an offloading scan with and without the lab's workaround."""
 
 import dataclasses
+from pathlib import Path
 
 import companion  # noqa: F401
 import jax
@@ -154,40 +155,98 @@ def _compile(placement, **kwargs):
     return compiler.compile(_grad, params, x, placement=placement, **kwargs)
 
 
-def test_jaxlib_0_10_2_gives_offloaded_scan_residuals_wrong_descriptors(placement):
+# ----------------------------------------------------------------------------- stored HLOs of both jaxlibs
+
+DATA = Path(__file__).parent / "data"
+STORED = {"0.10.2": DATA / "jax-0.10.2" / "descriptors_scan4_h100x2_jax0.10.2_{}.hlo.txt",
+          "0.12.0.1": DATA / "jax-0.12" / "descriptors_scan4_h100x2_jax0.12.0.1_{}.hlo.txt"}
+
+
+def stored(jaxlib: str, tag: str = "plain") -> hlo.HloModule:
+    """The scan below compiled for h100:1x2 with ``flags="none"``, no workaround, on ``jaxlib`` (``plain``, or
+    ``pipelined``: with --xla_gpu_enable_pipelined_host_offloading=true); the files' header says how."""
+    text = STORED[jaxlib].with_name(STORED[jaxlib].name.format(tag)).read_text()
+    return hlo.parse_module("\n".join(line for line in text.splitlines() if not line.startswith("//")))
+
+
+def test_jaxlib_0_10_2s_flat_descriptor_is_read_and_still_flags_46231():
+    checks = descriptors.check(stored("0.10.2"))
+    assert checks.verdict == "wrong" and {c.direction for c in checks.wrong} == {"h2d"}
+    (wrong,) = checks.wrong  # the backward read of layers 3, 2, 1, 0 described as 0, 1, 2, 3: #46231
+    assert wrong.descriptor == (0, 131072) and wrong.expected == (393216, 262144, 131072, 0)
+    device = [c for c in checks.checks if not c.host]  # XLA annotates device-memory slices right
+    assert device and all(c.ok for c in device) and any(c.descriptor[1] < 0 for c in device)
+
+
+def test_jaxlib_0_12s_nested_linear_descriptor_is_read_and_is_right():
+    module = stored("0.12.0.1")
+    checks = descriptors.check(module)
+    assert checks.verdict == "ok" and not checks.wrong
+    reads = [c for c in checks.checks if c.host and c.direction == "h2d"]
+    # the backward read at layer 3, stepping back one layer slice per trip: {"linear":{"byte_offset":"393216",
+    # "byte_stride":"-131072"}} beside a zeroed top-level pair (the reader must not take the zeros)
+    assert reads and all(c.ok for c in reads)
+    assert any(c.descriptor == (393216, -131072) and c.expected == (393216, 262144, 131072, 0) for c in reads)
+
+
+def test_each_jaxlibs_host_transfers_run_on_the_copy_engine_where_xla_emits_a_memcpy():
+    for jaxlib in STORED:
+        transfers = hlo.offload_summary(stored(jaxlib)).transfers
+        assert transfers and {t.engine for t in transfers} == {"copy_engine"}, jaxlib
+    # 0.12 with pipelining: the write peeled out of the loop carries no descriptor -> a generated kernel
+    pipelined = hlo.offload_summary(stored("0.12.0.1", "pipelined")).transfers
+    assert {t.engine for t in pipelined} == {"copy_engine", "kernel"}
+
+
+def test_the_installed_jaxlibs_descriptor_verdict_is_its_entry_in_the_lab_table(placement):
+    from companion import flags
+
     r = _compile(placement, flags="none", workarounds=False)
     checks = r.offload.checks
-    assert checks.verdict == "wrong" and {c.direction for c in checks.wrong} == {"h2d"}
-    # the device-memory slices of the same module, which XLA annotates correctly, agree with the checker
-    device = [c for c in checks.checks if not c.host]
-    assert device and all(c.ok for c in device)
-    assert any(c.descriptor[1] < 0 for c in device)  # reversed reads on the device get negative strides
-    assert "descriptors: wrong" in r.summary() and "46231" in r.summary()
+    assert (checks.verdict == "wrong") == flags.DESCRIPTOR_BUG[flags.INSTALLED_JAXLIB]
+    assert (r.flag_set.workarounds == ()) and (
+        _compile(placement, flags="none").flag_set.workarounds
+        == (("offload_descriptors",) if flags.has_descriptor_bug(flags.INSTALLED_JAXLIB) else ()))
+    if checks.verdict == "wrong":
+        assert "descriptors: wrong" in r.summary() and "46231" in r.summary()
 
 
-def test_the_workaround_leaves_no_wrong_descriptor_and_the_same_memory(placement):
+# the workaround as a flag (the lab adds it by itself only on a jaxlib with the bug: flags.DESCRIPTOR_BUG)
+WORKAROUND = "none --xla_disable_hlo_passes=dynamic-slice-annotator"
+
+
+def test_the_workaround_leaves_no_wrong_descriptor_and_the_same_memory_where_the_bug_is(placement):
+    from companion import flags
+
     broken = _compile(placement, flags="none", workarounds=False)
-    fixed = _compile(placement, flags="none")
-    assert fixed.flag_set.workarounds == ("offload_descriptors",)
+    fixed = _compile(placement, flags=WORKAROUND)
     assert "dynamic-slice-annotator" in fixed.flags["xla_disable_hlo_passes"]
     assert fixed.offload.checks.verdict == "ok" and fixed.offload.checks.runtime_indexed
-    assert fixed.device.peak_bytes == broken.device.peak_bytes and fixed.host.temp_bytes == broken.host.temp_bytes
+    assert fixed.host.temp_bytes == broken.host.temp_bytes
+    if flags.DESCRIPTOR_BUG[flags.INSTALLED_JAXLIB]:  # 0.10.2: the same device memory
+        assert fixed.device.peak_bytes == broken.device.peak_bytes
+    else:  # 0.12: the annotator-less program keeps 0.47 MiB more scratch (the lab never applies it there)
+        assert fixed.device.peak_bytes > broken.device.peak_bytes
     # still asynchronous: every host transfer keeps its start/done pair
     assert all(t.is_async for t in fixed.offload.transfers) and fixed.offload.d2h_ops and fixed.offload.h2d_ops
 
 
-def test_double_buffering_breaks_the_forward_writes_too(placement):
+def test_double_buffering_broke_the_forward_writes_too_where_the_reads_were_broken(placement):
+    """jaxlib 0.10.2: both directions wrong under double buffering; 0.12 (#46308 and #47218): none."""
+    from companion import flags
+
     r = _compile(placement, flags="none --xla_gpu_enable_while_loop_double_buffering=true", workarounds=False)
-    assert {c.direction for c in r.offload.checks.wrong} == {"d2h", "h2d"}
+    broken = flags.DESCRIPTOR_BUG[flags.INSTALLED_JAXLIB]
+    assert {c.direction for c in r.offload.checks.wrong} == ({"d2h", "h2d"} if broken else set())
 
 
 def test_the_workaround_turns_copy_engine_transfers_into_sm_kernels_and_only_those_cost_sm_time(placement):
     from companion import schedule
 
     broken = _compile(placement, flags="none", workarounds=False)
-    fixed = _compile(placement, flags="none")
-    assert {t.engine for t in broken.offload.transfers} == {"copy_engine"}  # kCustom: memcpy on a copy engine
-    assert {t.engine for t in fixed.offload.transfers} == {"kernel"}  # kLoop: a generated kernel on the SMs
+    fixed = _compile(placement, flags=WORKAROUND)
+    assert {t.engine for t in broken.offload.transfers} == {"copy_engine"}  # a memcpy on a copy engine
+    assert {t.engine for t in fixed.offload.transfers} == {"kernel"}  # no descriptor: a generated kernel on the SMs
     assert broken.offload.bytes_by_engine()["copy_engine"] == fixed.offload.bytes_by_engine()["kernel"]
     assert "SM kernel" in fixed.summary() and "run as SM kernels, not copy engines" in fixed.summary()
     assert schedule.simulate(broken).transfer_kernel_sm_seconds == 0
@@ -198,13 +257,17 @@ def test_the_workaround_turns_copy_engine_transfers_into_sm_kernels_and_only_tho
 
 
 def test_the_workarounds_price_is_a_range_and_a_ranking_inside_it_is_unknown(placement):
-    from companion import workaround
+    from companion import flags, workaround
 
-    fixed = workaround.price(_compile(placement, flags="none"), "offloaded, workaround")
+    fixed = workaround.price(_compile(placement, flags=WORKAROUND), "offloaded, workaround")
     broken = workaround.price(_compile(placement, flags="none", workarounds=False), "offloaded, copy engines")
     assert fixed.kernel_transfers and not broken.kernel_transfers
     assert len(set(broken.seconds.values())) == 1  # nothing to reprice without transfer kernels
-    assert fixed.seconds[workaround.COPY_ENGINE] == pytest.approx(broken.seconds[workaround.NOMINAL], rel=1e-3)
+    # priced as copy engines, the workaround's program is the broken one's: the same where only the engines differ
+    # (0.10.2); at 0.12 the annotator-less program also schedules differently (3.7 % here)
+    same_program = flags.DESCRIPTOR_BUG[flags.INSTALLED_JAXLIB]
+    assert fixed.seconds[workaround.COPY_ENGINE] == pytest.approx(broken.seconds[workaround.NOMINAL],
+                                                                  rel=1e-3 if same_program else 0.05)
     low, high = fixed.cost_range
     assert 0 <= fixed.cost and low <= fixed.cost <= high and high > low  # the kernels cost something, by how much unknown
     same = workaround.compare(fixed, fixed)

@@ -37,10 +37,11 @@ def test_lhs_off_moves_the_host_transfers_and_the_simulator_prices_it(lhs_runs):
     def placement_of(run):
         return [(c.name, c.kernels_between) for c in schedule.transfer_cover(run.simulator)]
 
-    # the flag alone changes nothing on Hopper: the speed-of-light estimator turns the scheduler back on
-    assert placement_of(flag_only) == placement_of(base)
-    assert flag_only.simulation.step_seconds == base.simulation.step_seconds
-    # with that estimator off too, the scheduler is off: transfers sit elsewhere, the replay prices it
+    # jaxlib 0.12: the flag alone turns the scheduler off on Hopper (at 0.10.2 the speed-of-light estimator turned
+    # it back on, and the flag alone changed nothing): transfers sit elsewhere, the replay prices it
+    assert placement_of(flag_only) != placement_of(base)
+    assert flag_only.simulation.step_seconds != pytest.approx(base.simulation.step_seconds, rel=1e-3)
+    # with that estimator off too, the scheduler is off as well
     assert placement_of(off) != placement_of(base)
     assert off.simulation.step_seconds != pytest.approx(base.simulation.step_seconds, rel=1e-3)
     assert off.changed == {"xla_gpu_enable_analytical_sol_latency_estimator": False,
@@ -119,8 +120,8 @@ def test_a_profile_from_the_link_model_is_read_by_xlas_scheduler(placement, tmp_
     after = pgle.scheduler_transfer_costs(second.dump.schedule, transfers)
     ours = {c.name: c.transfer_seconds * 1e6 for c in schedule.transfer_cover(sim)}
     # XLA's own timeline now charges a transfer its bytes / bandwidth (a span may be longer: a done placed late)
+    # (jaxlib 0.12 places the dones later than the profile's cost: its spans exceed ours, 1 in 42 within 2 %)
     assert set(after) == set(before) and all(after[n] >= 0.98 * ours[n] for n in after)
-    assert sum(after[n] == pytest.approx(ours[n], rel=0.02) for n in after) >= len(after) // 5
     assert statistics.median(after.values()) < statistics.median(before.values()) / 2
     assert not [w for w in second.compiler_warnings if "Missing" in w]  # the accuracy checker found every name
     # its accuracy checker reads the file: drop the entries of the transfers' waits and it lists them
@@ -196,28 +197,31 @@ def test_jax_optimization_level_travels_as_a_build_option():
         flags.resolve("--jax_optimization_level=fast")
 
 
-def test_o1_turns_on_loop_and_collective_passes_but_not_pipelined_offload(placement):
-    """At jaxlib 0.10.2, O1 on XLA's defaults changes the loops and the collectives (unrolling, pipelined
-    collectives), but pipelined host offload stays opt-in (openxla/xla #37979): adding its flag to O1
-    still changes the offload."""
+def test_o1_turns_on_loop_and_collective_passes_and_pipelined_offload(placement):
+    """O1 on XLA's defaults changes the loops and the collectives (unrolling, pipelined collectives); at jaxlib
+    0.12 it also runs pipelined host offload (openxla/xla #45393, after 0.10.2, where it stayed opt-in after
+    #37979): adding its flag to O1 changes neither the loops nor the reads."""
     none, o1, o1_pipelined = experiments.run(_compile(placement), {
         "xla defaults": "none", "O1": "none --jax_optimization_level=O1",
         "O1 + pipelined offload": "none --jax_optimization_level=O1 --xla_gpu_enable_pipelined_host_offloading=true"})
     assert o1.changed == {"jax_optimization_level": "O1"}
     assert sum(o1.report.collectives.counts.values()) > sum(none.report.collectives.counts.values())
     assert [lp.trips for lp in hlo.loops(o1.report.module)] != [lp.trips for lp in hlo.loops(none.report.module)]
-    assert ([lp.carried for lp in hlo.loops(o1_pipelined.report.module)] != [lp.carried for lp in hlo.loops(o1.report.module)]
-            or o1_pipelined.report.offload.h2d_ops != o1.report.offload.h2d_ops)
+    assert [lp.carried for lp in hlo.loops(o1_pipelined.report.module)] == [lp.carried for lp in hlo.loops(o1.report.module)]
+    assert o1_pipelined.report.offload.h2d_ops == o1.report.offload.h2d_ops
+    assert o1.report.offload.h2d_ops != none.report.offload.h2d_ops  # ... and O1 pipelines what none does not
 
 
-def test_the_analytical_estimator_on_an_offloading_step_is_refused_not_an_abort():
-    """XLA would abort the process (a CHECK failure): the lab says why instead, before compiling."""
+def test_the_analytical_estimator_is_refused_not_an_abort():
+    """XLA would abort the process (a CHECK failure): the lab says why instead, before compiling — at jaxlib
+    0.12 on every step, at 0.10.2 on a step that offloads (``compiler.ANALYTICAL_ESTIMATOR_ABORTS``)."""
     placement = compiler.place(targets.target("h100", "1x2"))
     spec = "--xla_gpu_enable_analytical_latency_estimator=true"
     with pytest.raises(ValueError, match="aborts XLA"):
         train.compile_layer_stack("tiny-llama", "minimal_offloaded", placement, 4, 64, flags=spec)
-    report = train.compile_layer_stack("tiny-llama", "full", placement, 4, 64, flags=spec)  # no offload: fine
-    assert report.flags["xla_gpu_enable_analytical_latency_estimator"] is True
+    with pytest.raises(ValueError, match=r"aborts XLA \(jaxlib 0.12.0.1\) on every step"):
+        train.compile_layer_stack("tiny-llama", "full", placement, 4, 64, flags=spec)
+    assert compiler.ANALYTICAL_ESTIMATOR_ABORTS == {"0.10.2": "offloading", "0.12.0.1": "every"}
 
 
 def test_pipelining_conditions_read_off_the_naive_compile(lhs_runs, placement):
@@ -236,13 +240,13 @@ def test_pipelining_conditions_read_off_the_naive_compile(lhs_runs, placement):
     found = pipelining.conditions(naive, sim, sim.run(), deep.num_layers)
     assert found.exposed.holds and found.trips.holds and found.reads.holds and found.headroom.holds and found.expect_gain
     # the writes' link time: one forward iteration's bytes over the link's per-GPU bandwidth at each transfer's
-    # engine's rate (the #46231 workaround's kernels here: slower than the copy engine over PCIe)
+    # engine's rate (jaxlib 0.12: copy-engine memcpys in the loop; 0.10.2's workaround made them kernels)
     fwd, link = hlo.loops(naive.module)[0], sim.target.link
     written = [t for t in naive.offload.transfers if t.computation == fwd.body and t.direction == "d2h"]
-    assert written and {t.engine for t in written} == {"kernel"}
+    assert written and {t.engine for t in written} == {"copy_engine"}
     seconds = sum(t.bytes_per_execution / link.bandwidth_per_gpu("d2h", engine=t.engine) for t in written)
     assert found.writes.measured.startswith(f"{seconds * 1e3:.1f} ms on the link")
-    assert seconds > sum(t.bytes_per_execution for t in written) / link.bandwidth_per_gpu("d2h")
+    assert seconds == pytest.approx(sum(t.bytes_per_execution for t in written) / link.bandwidth_per_gpu("d2h"))
     # the reads outlast the compute beside them at the kernels' rate, yet the naive schedule exposes more than
     # that floor: the excess is what pipelining wins, and the pipelined compile is faster
     replay = sim.run()

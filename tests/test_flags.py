@@ -56,7 +56,7 @@ def test_flags_outside_the_catalog_but_known_to_xla_pass_with_a_type_check():
 
 
 def test_known_names_were_generated_for_the_installed_jaxlib():
-    assert flags.KNOWN_JAXLIB == jaxlib.__version__
+    assert flags.KNOWN_JAXLIB == flags.INSTALLED_JAXLIB == jaxlib.__version__
     assert set(flags.CATALOG) <= set(flags.KNOWN)
     for name, spec in flags.CATALOG.items():
         assert spec.kind in flags.KINDS and spec.topic in flags.TOPICS, name
@@ -103,8 +103,9 @@ def test_the_maxtext_gpu_preset_is_the_default_and_xla_accepts_it():
 
 def test_resolve_presets_overrides_and_workarounds():
     default = flags.resolve()
-    assert default.preset == "maxtext_gpu" and default.workarounds == ("offload_descriptors",)
-    assert default.flags["xla_disable_hlo_passes"] == ("rematerialization", "dynamic-slice-annotator")
+    assert not flags.has_descriptor_bug(flags.INSTALLED_JAXLIB)  # the main lock's jaxlib has the #46231 fix
+    assert default.preset == "maxtext_gpu" and default.workarounds == () and default.notes == ()
+    assert default.flags["xla_disable_hlo_passes"] == ("rematerialization",)
     on_top = flags.resolve("--xla_gpu_enable_pipelined_host_offloading=true")
     assert on_top.preset == "maxtext_gpu" and on_top.flags["xla_gpu_enable_pipelined_host_offloading"] is True
     assert on_top.overrides == {"xla_gpu_enable_pipelined_host_offloading": True}
@@ -120,41 +121,89 @@ def test_resolve_presets_overrides_and_workarounds():
 
 
 @pytest.mark.parametrize("name", sorted(flags.ABSENT))
-def test_flags_absent_from_jaxlib_0_10_2_are_refused_with_what_to_write(name):
-    assert name not in flags.KNOWN
+def test_flags_absent_from_every_supported_jaxlib_are_refused_with_what_to_write(name):
+    assert all(name not in table for table in flags.TABLES.values())
     with pytest.raises(ValueError, match=f"'{name}' does not exist in jaxlib") as err:
         flags.parse(f"--{name}=1")
     assert "would abort the process" in str(err.value)
 
 
-def test_every_flag_jaxlib_0_10_2_rejects_is_named_at_once_with_the_string_to_paste():
-    """MaxText's 1vm.sh flags (src/maxtext/configs/gpu/a3/llama_2_7b/1vm.sh at e591f30, newer XLA's spellings)."""
+def test_maxtext_mains_flags_pass_and_the_booleans_xla_removed_are_named_at_once_with_the_string_to_paste():
+    """MaxText's 1vm.sh flags (src/maxtext/configs/gpu/a3/llama_2_7b/1vm.sh at e591f30: the enum spellings) pass
+    on jaxlib 0.12; the same flags in the boolean spelling of MaxText before 834e861b (2026-08-06) are refused
+    with the enum spelling to paste (XLA_FLAGS would still take them as deprecated aliases; compile options not)."""
     text = (Path(__file__).parent / "data/maxtext/configs/gpu/a3/llama_2_7b/1vm.sh").read_text()
     xla_flags = text.split('export XLA_FLAGS="', 1)[1].split('"', 1)[0].replace("$OUTPUT_PATH/$RUN_NAME", "/tmp/run")
+    assert flags.parse(xla_flags)["xla_gpu_pipeline_all_gather"] == "ON"
+    old = xla_flags
+    for op in ("all_gather", "reduce_scatter", "all_reduce"):
+        old = old.replace(f"--xla_gpu_pipeline_{op}=on", f"--xla_gpu_enable_pipelined_{op}=true")
     with pytest.raises(ValueError) as err:
-        flags.parse(xla_flags)
+        flags.parse(old)
     message = str(err.value)
-    assert "\n" not in message and message.startswith("3 XLA flags jaxlib 0.10.2 rejects")
-    for old, new in (("pipeline_all_gather", "enable_pipelined_all_gather"),
-                     ("pipeline_reduce_scatter", "enable_pipelined_reduce_scatter"),
-                     ("pipeline_all_reduce", "enable_pipelined_all_reduce")):
-        assert f"'xla_gpu_{old}' does not exist" in message and f"write --xla_gpu_{new}=true" in message
+    assert "\n" not in message and message.startswith(f"3 XLA flags jaxlib {flags.KNOWN_JAXLIB} rejects")
+    for op in ("all_gather", "reduce_scatter", "all_reduce"):
+        assert f"'xla_gpu_enable_pipelined_{op}' is --xla_gpu_pipeline_{op} in jaxlib" in message
+        assert f"--xla_gpu_pipeline_{op}=on" in message
     corrected = message.split("ready to paste: XLA_FLAGS=", 1)[1].strip('"')
     parsed = flags.parse(corrected)  # the corrected string passes, and keeps every other flag as written
-    assert parsed["xla_gpu_enable_pipelined_all_gather"] is True and parsed["xla_gpu_enable_command_buffer"] == ()
+    assert parsed["xla_gpu_pipeline_all_gather"] == "ON" and parsed["xla_gpu_enable_command_buffer"] == ()
     assert parsed["xla_gpu_all_reduce_combine_threshold_bytes"] == 134217728
     resolved = flags.resolve(flags.from_environment({"XLA_FLAGS": corrected}))
     assert resolved.preset == "none" and "xla_dump_to" not in resolved.flags
     assert resolved.notes and "xla_dump_to" in resolved.notes[0] and "a folder of their own" in resolved.notes[0]
 
 
-def test_catalog_meanings_true_to_0_10_2():
+def test_the_flag_tables_changes_from_0_10_2_to_0_12_name_renames_removals_and_additions():
+    changed = flags.changes("0.10.2", "0.12.0.1")
+    assert {(r.old, r.new) for r in changed.renamed} == {
+        (f"xla_gpu_enable_pipelined_{op}", f"xla_gpu_pipeline_{op}") for op in ("all_gather", "reduce_scatter",
+                                                                                "all_reduce")}
+    assert "xla_gpu_enable_pipelined_collectives" in changed.removed and "xla_gpu_pipeline_all_gather" not in changed.added
+    assert "xla_gpu_experimental_enable_dynamic_slice_table_offsets" in changed.added
+    assert changed.retyped == {"xla_early_exit_with_layouts": ("string", "bool")}
+    assert len(flags.TABLES["0.12.0.1"]) == 349 and len(changed.removed) == 13 and len(changed.added) == 51
+    with pytest.raises(ValueError, match="no flag table for jaxlib '0.11.0'.*0.10.2, 0.12.0.1"):
+        flags.changes("0.11.0", "0.12.0.1")
+
+
+def test_a_preset_flag_a_jaxlib_lacks_is_respelled_or_dropped_in_one_line():
+    preset = flags.preset("maxtext_gpu")
+    old, notes = flags.for_jaxlib(preset, "0.10.2", what="preset maxtext_gpu")
+    assert old["xla_gpu_enable_pipelined_all_gather"] is True and "xla_gpu_pipeline_all_gather" not in old
+    (note,) = notes
+    assert note.startswith("preset maxtext_gpu on jaxlib 0.10.2: respelled --xla_gpu_pipeline_all_gather=on as "
+                           "--xla_gpu_enable_pipelined_all_gather=true")
+    same, none = flags.for_jaxlib(preset, "0.12.0.1")
+    assert same == preset and none == []
+    # a flag a jaxlib's XLA lacks, with no rename: dropped, and said; a newer jaxlib is checked by the newest table
+    kept, (line,) = flags.for_jaxlib({"xla_gpu_experimental_enable_dynamic_slice_table_offsets": True,
+                                      "xla_gpu_enable_latency_hiding_scheduler": True}, "0.10.2")
+    assert kept == {"xla_gpu_enable_latency_hiding_scheduler": True} and "dropped --xla_gpu_experimental_enable" in line
+    assert "the newest below it" in flags.for_jaxlib({"xla_gpu_graph_level": 1}, "0.12.1")[1][0]
+    with pytest.raises(ValueError, match="older than the lab's flag tables"):
+        flags.for_jaxlib(preset, "0.9.0")
+    with pytest.raises(ValueError, match="explicit has no spelling before jaxlib 0.12.0.1"):
+        flags.for_jaxlib({"xla_gpu_pipeline_all_gather": "EXPLICIT"}, "0.10.2")
+
+
+def test_the_46231_workaround_follows_the_jaxlib_that_has_the_bug():
+    assert flags.has_descriptor_bug("0.10.2") and not flags.has_descriptor_bug("0.12.0.1")
+    assert flags.has_descriptor_bug("0.11.2") and not flags.has_descriptor_bug("0.12.1")  # unlisted: by the first right
+    offloading = flags.resolve()
+    exported = flags.export(offloading, for_jaxlib="0.10.2", offloads=True)
+    assert "dynamic-slice-annotator" in exported["XLA_FLAGS"] and "--xla_gpu_enable_pipelined_all_gather=true" in \
+        exported["XLA_FLAGS"] and any("#46231" in n for n in exported["notes"])
+    assert "dynamic-slice-annotator" not in flags.export(offloading)["XLA_FLAGS"]
+
+
+def test_catalog_meanings_true_to_the_xla_they_describe():
     lhs = flags.flag("xla_gpu_enable_latency_hiding_scheduler").meaning
     assert all(w in lhs for w in ("O1", "PGLE", "speed-of-light")) and "generation" not in lhs
     assert "FULL_UNROLL" in flags.flag("xla_gpu_enable_while_loop_double_buffering").meaning
     for name in ("all_gather", "reduce_scatter", "all_reduce"):
-        assert "O1+" in flags.flag(f"xla_gpu_enable_pipelined_{name}").meaning
-    assert "Flag-only" in flags.flag("xla_gpu_enable_pipelined_host_offloading").meaning
+        assert "O1+" in flags.flag(f"xla_gpu_pipeline_{name}").meaning
+    assert "Flag-only in jaxlib 0.10.2" in flags.flag("xla_gpu_enable_pipelined_host_offloading").meaning
     for name in ("xla_gpu_experimental_parallel_async_compute_limit", "xla_dump_latency_hiding_schedule",
                  "xla_gpu_enable_analytical_latency_estimator", "xla_gpu_enable_analytical_sol_latency_estimator"):
         assert name in flags.CATALOG

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 from companion import budget, compiler, hlo, models, roofline, targets, train
+from compiled import budget_miss_on_0_12
 
 H100 = targets.target("h100", "1")
 
@@ -80,6 +81,7 @@ def test_offloading_adds_no_recompute_for_what_it_offloads():
     assert stack_report("minimal_offloaded").flops.recompute < stack_report("full").flops.recompute
 
 
+@budget_miss_on_0_12("0.12 recomputes L - 1 layers (counted 412 against 550 GFLOP at L = 4)")
 def test_counted_flops_match_the_budget_model():
     for policy in ("full", "minimal"):
         e = budget.estimate(models.config("llama3.1-8b", num_layers=4), 8, 4096, policy, {"fsdp": 8})
@@ -128,7 +130,8 @@ def test_break_even_of_a_projection_is_two_peak_over_its_input_width():
 
 
 def test_naive_step_adds_transfers_to_compute():
-    r = stack_report("minimal_offloaded")
+    # the #46231 workaround as a flag (the lab adds it only on a jaxlib with the bug): every transfer a kernel
+    r = stack_report("minimal_offloaded", "--xla_disable_hlo_passes=rematerialization,dynamic-slice-annotator")
     pcie = roofline.step_time(r, targets.target("h100"))
     c2c = roofline.step_time(r, targets.target("h100"), targets.host_link("nvlink_c2c_gh200"))
     assert pcie.d2h_bytes == r.offload.d2h_bytes_per_step > 0

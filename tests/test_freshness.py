@@ -56,6 +56,7 @@ def stamps() -> dict[str, dict]:
 def _copy(tmp_path: Path) -> Path:
     root = tmp_path / "tree"
     shutil.copytree(ROOT / "companion", root / "companion", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "requirements", root / "requirements")  # the chip lock: the chip results' versions
     (root / "benchmarks").mkdir()
     for script in (ROOT / "benchmarks").glob("*.py"):
         shutil.copy(script, root / "benchmarks" / script.name)
@@ -246,3 +247,16 @@ def test_no_statement_that_runs_at_import_reads_a_tables_entries():
                 if used & names:
                     found.append(f"{path.relative_to(ROOT)}: {ast.unparse(part)}")
     assert found == ["companion/targets.py: ACCELERATORS = (*GPUS, *TPUS)"]  # their keys only: not a read of entries
+
+
+def test_the_chips_results_are_held_to_the_chip_lock_and_written_only_there():
+    locked = freshness.locked_versions()
+    assert locked["jaxlib"] == "0.10.2" and locked["libtpu"] == "0.0.42.1"
+    chip = freshness.stamp("benchmarks/bench_tpu_simulation.py", {"steps": []})
+    assert chip["versions"] == locked  # whatever this environment has installed
+    gpu = freshness.stamp("benchmarks/bench_central.py", {"rows": []})
+    assert gpu["versions"]["jaxlib"] == freshness.versions({}, {})["jaxlib"]
+    if freshness.versions({"accelerator": ["tpu-v5e"]}, {"tpu-v5e": None}) != locked:  # the main lock
+        with pytest.raises(SystemExit, match="run it on the chip lock.*jaxlib 0.10.2, libtpu 0.0.42.1"):
+            freshness.refuse_off_lock("benchmarks/bench_measured.py")
+    freshness.refuse_off_lock("benchmarks/bench_central.py")  # a GPU result: any lock

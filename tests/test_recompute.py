@@ -39,13 +39,13 @@ def test_full_remat_recomputes_no_more_than_the_layers_forward(cfg):
 
 def test_with_expert_parallelism_the_all_gather_pipeliner_recomputes_the_pre_moe_chain_again():
     """Under ``expert`` > 1 the MoE all-gathers its row counts; XLA's backward collective pipeliner
-    (``xla_gpu_enable_pipelined_all_gather``, on in MaxText's GPU flags) prefetches the next layer's all-gather
+    (``xla_gpu_pipeline_all_gather``, on in MaxText's GPU flags) prefetches the next layer's all-gather
     by cloning its whole operand chain — norm, MLA, attention, the router — into the loop: real recompute the
     program runs (JAX emits it once). With the pipeliner off, each MoE layer's router is recomputed once."""
     cfg = _deepseek()
     moe_layers = cfg.num_moe_layers
     on = _step(cfg, {"fsdp": 1, "expert": 2}).module
-    off = _step(cfg, {"fsdp": 1, "expert": 2}, flags="--xla_gpu_enable_pipelined_all_gather=false").module
+    off = _step(cfg, {"fsdp": 1, "expert": 2}, flags="--xla_gpu_pipeline_all_gather=off").module
     assert hlo.einsum_runs(off, ROUTER, "recompute") == hlo.einsum_runs(off, ROUTER, "forward") == moe_layers
     assert hlo.einsum_runs(on, ROUTER, "forward") == moe_layers and hlo.einsum_runs(on, ROUTER, "recompute") > moe_layers
     assert _layer_flops(on, "recompute") > _layer_flops(off, "recompute")

@@ -266,7 +266,9 @@ def test_pipelined_offload_is_no_slower_and_a_slow_link_exposes_transfers(offloa
     slow = schedule.link_at(pcie.bandwidth_per_gpu("d2h") / 100)
     for sim in (naive, pipelined):
         s = sim.run(slow)
-        assert s.exposed_transfer_seconds > 0.9 * s.step_seconds  # transfers dominate
+        # transfers dominate: waits on them, and (jaxlib 0.12) on the device-side async copies that follow the
+        # reads (#44359: 16 kLoop fusion-starts a 4-layer stack), which the replay files under other async work
+        assert s.exposed_transfer_seconds + s.exposed_other_seconds > 0.9 * s.step_seconds
     # exposed time grows as the link slows
     exposed = [naive.run(schedule.link_at(bw)).exposed_transfer_seconds for bw in (400e9, 50e9, 5e9)]
     assert exposed[0] < exposed[1] < exposed[2]

@@ -18,9 +18,10 @@ def test_full_size_models_compile_and_offload_lowers_the_peak_by_what_it_moves(m
     saved = minimal.device.peak_bytes - offloaded.device.peak_bytes
     assert saved == pytest.approx(offloaded.host.temp_bytes, rel=0.10)
     # every offloaded byte goes out once; with pipelined collectives XLA's collective pipeliner peels a
-    # few host reads into extra prologue iterations, so a little more can come back
+    # few host reads into extra prologue iterations, so a little more can come back at jaxlib 0.10.2; 0.12 keeps
+    # the last layer's forward values for the backward pass and reads back the others (405B: 125 of 126 layers)
     assert offloaded.offload.d2h_bytes_per_step == offloaded.host.temp_bytes
-    assert offloaded.host.temp_bytes <= offloaded.offload.h2d_bytes_per_step <= 1.1 * offloaded.host.temp_bytes
+    assert 0.98 * offloaded.host.temp_bytes <= offloaded.offload.h2d_bytes_per_step <= 1.1 * offloaded.host.temp_bytes
 
 
 @pytest.mark.parametrize("model", ["llama3.1-405b", "deepseek-v3-671b"])

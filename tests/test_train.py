@@ -67,7 +67,8 @@ def test_gradient_accumulation_gives_the_whole_batch_gradient():
     loss4, grads4 = jit(t4.loss_and_grads)(params, rest, batch)
     assert float(loss4) == pytest.approx(float(loss), rel=1e-4)
     for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(grads4)):  # bf16 matmuls over 4 microbatches
-        assert float(jnp.linalg.norm(a - b)) <= 1e-2 * float(jnp.linalg.norm(a)) + 1e-6
+        # within 2 % (jaxlib 0.12's CPU backend: 1.8 % on one weight's gradient; 0.10.2's stayed under 1 %)
+        assert float(jnp.linalg.norm(a - b)) <= 2e-2 * float(jnp.linalg.norm(a)) + 1e-6
     with pytest.raises(ValueError, match="does not split into 3"):
         train.init("tiny-llama", "full", OPT, state=train.StateConfig(gradient_accumulation_steps=3))[0] \
             .loss_and_grads(params, rest, batch)
