@@ -35,18 +35,20 @@ the optimizer's moments (the planner's first choice at 0.85 before this search),
 offloaded and kept on the device at one sequence per GPU on both meshes; and the planner's own choice at 0.85 and 0.90 on 512 GB200 (EP 64,
 factor 2), compiled again and simulated. Rows carry ``space: true``.
 
-Results: benchmarks/results/central.json, stamped with ``results.stamp()`` (jaxlib, companion source).
+Results: benchmarks/results/central.json (the cases) and central_space.json (the space), each stamped by ``_common.write``
+(``--part`` writes one of them).
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import _common
 
 import companion  # noqa: F401
 
-from companion import compiler, plan, results, sharding, steps, targets, train  # noqa: E402
+from companion import compiler, plan, sharding, steps, targets, train  # noqa: E402
 
 PIPELINED = "--xla_gpu_enable_pipelined_host_offloading=true"
 CARRY = {"decoder_layer_input": "offload"}
@@ -203,16 +205,30 @@ def planner_row(fraction: float) -> dict:
                plan_pipelined=c.pipelined, plan_estimated_tflops=c.estimated_tflops)
 
 
-def main() -> None:
-    rows, start = [], time.perf_counter()
+def case_rows() -> list[dict]:
+    """The series' cases (``CASES``: notebooks 04 and 06), each a compiled, simulated step."""
+    rows = []
     for model, key, mesh, seq, fraction, batches, variants in CASES:
         target = targets.target(key, mem_fraction=fraction)
         for batch in batches:
             for label, policy, flags, dispatch in variants:
                 rows.append(row(model, target, mesh, seq, batch, label, policy, flags, dispatch))
-    rows += space_rows()
-    _common.write("central", {"stamp": results.stamp(), "seconds": round(time.perf_counter() - start),
-                              "rows": rows})
+    return rows
+
+
+# result name -> its rows: the cases (~30 compiles, ~25 minutes on 2 cores) and the published space (78 DeepSeek-V3
+# compiles on 256 and 512 GB200, about two hours on 2 cores), written apart so that each can be rerun alone
+PARTS = {"central": case_rows, "central_space": space_rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", nargs="+", choices=tuple(PARTS), default=tuple(PARTS),
+                        help="which results to write (default: both)")
+    for name in parser.parse_args().part:
+        start = time.perf_counter()
+        rows = PARTS[name]()
+        _common.write(name, {"seconds": round(time.perf_counter() - start), "rows": rows})
 
 
 if __name__ == "__main__":

@@ -278,15 +278,16 @@ def test_a_compiled_step_over_its_host_limit_does_not_fit():
 # ----------------------------------------------------------------------------- the budget on the MoE path
 
 def _moe_budget_rows():
-    """Every DeepSeek-V3 step benchmarks/bench_central.py compiled on the grouped path, with the budget of the
-    same configuration."""
+    """Every DeepSeek-V3 step benchmarks/bench_central.py compiled on the grouped path (the cases and the published
+    space), with the budget of the same configuration."""
     from pathlib import Path
 
     from companion import models, sharding
 
-    stored = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "central.json").read_text())
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    stored = [r for name in ("central.json", "central_space.json") for r in json.loads((results / name).read_text())["rows"]]
     out = []
-    for r in stored["rows"]:
+    for r in stored:
         if r["model"] != "deepseek-v3-671b" or r["dispatch"] != "grouped":
             continue
         cfg = models.config(r["model"]).with_moe(ragged_buffer_factor=r.get("ragged_buffer_factor", -1.0))
