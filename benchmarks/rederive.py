@@ -230,8 +230,7 @@ def main() -> None:
     if args.restamp and not args.all:
         parser.error("--restamp needs --all NAME: a stamp speaks for every row")
     start, failures = time.perf_counter(), []
-    locked = freshness.locked_versions()
-    on_chip_lock = freshness.versions({"accelerator": ["tpu-v5e"]}, {"tpu-v5e": None}) == locked
+    locked, on_chip_lock = freshness.locked_versions(), freshness.on_chip_lock()
     for name, deriver in DERIVERS.items():
         if (args.all is not None and name not in args.all) or (args.only is not None and name not in args.only):
             continue

@@ -67,9 +67,6 @@ _UNROLL = ("WHILE_LOOP_UNROLLING_NO_UNROLL", "WHILE_LOOP_UNROLLING_DOUBLE_BUFFER
 # on/off/default/explicit in any case; per-compile compiler_options only the proto's names,
 # COLLECTIVE_PIPELINING_MODE_<MODE> (to_compiler_options spells them so).
 _PIPELINING_MODES = ("DEFAULT", "OFF", "ON", "EXPLICIT")
-_PROTO_ENUM_PREFIX = {"xla_gpu_pipeline_all_gather": "COLLECTIVE_PIPELINING_MODE_",
-                      "xla_gpu_pipeline_reduce_scatter": "COLLECTIVE_PIPELINING_MODE_",
-                      "xla_gpu_pipeline_all_reduce": "COLLECTIVE_PIPELINING_MODE_"}
 _COMBINE_DEFAULT = 30 * 1024 * 1024 + 7  # kDefault*CombineThreshold in xla/service/collective_utils.h
 
 _LHS_ON = ("It also runs without this flag at optimization level O1+ (jax_optimization_level, or an exec-time "
@@ -255,6 +252,8 @@ class Rename:
 RENAMES: tuple[Rename, ...] = tuple(
     Rename(f"xla_gpu_enable_pipelined_{op}", f"xla_gpu_pipeline_{op}", "0.12.0.1")
     for op in ("all_gather", "reduce_scatter", "all_reduce"))
+# the compile options take a proto enum's full value name where XLA_FLAGS takes the short one (on, default, ...)
+_PROTO_ENUM_PREFIX = {rename.new: "COLLECTIVE_PIPELINING_MODE_" for rename in RENAMES}
 
 
 def pipelines(flags: Mapping[str, Any], op: str) -> bool:

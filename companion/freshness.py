@@ -481,15 +481,24 @@ def versions_for(producer: str, named: Mapping[str, list[str]], tpus: Mapping, r
     return locked_versions(root=root) if str(producer) in CHIP_PRODUCERS else versions(named, tpus)
 
 
+def installed_tpu_stack() -> dict[str, str | None]:
+    """jax, jaxlib and libtpu as installed here (libtpu None where there is none)."""
+    return versions({"accelerator": ["tpu-v5e"]}, {"tpu-v5e": None})
+
+
+def on_chip_lock(root: Path = ROOT) -> bool:
+    """Whether this environment is the chip lock's stack (``CHIP_LOCK``)."""
+    return installed_tpu_stack() == locked_versions(root=root)
+
+
 def refuse_off_lock(producer: str, root: Path = ROOT) -> None:
     """A chip result is written on the chip lock only: SystemExit naming both stacks otherwise."""
-    if str(producer) not in CHIP_PRODUCERS:
+    if str(producer) not in CHIP_PRODUCERS or on_chip_lock(root):
         return
-    locked, here = locked_versions(root=root), versions({"accelerator": ["tpu-v5e"]}, {"tpu-v5e": None})
-    if locked != here:
-        raise SystemExit(f"{producer} writes results of the lent TPU v5e: run it on the chip lock ({CHIP_LOCK}: "
-                         + ", ".join(f"{k} {v}" for k, v in locked.items()) + "; `make chip-setup`), not on "
-                         + ", ".join(f"{k} {v}" for k, v in here.items()))
+    raise SystemExit(f"{producer} writes results of the lent TPU v5e: run it on the chip lock ({CHIP_LOCK}: "
+                     + ", ".join(f"{k} {v}" for k, v in locked_versions(root=root).items())
+                     + "; `make chip-setup`), not on "
+                     + ", ".join(f"{k} {v}" for k, v in installed_tpu_stack().items()))
 
 
 # Variables of the process that move a number the lab computes, and where each is read: a benchmark runs with

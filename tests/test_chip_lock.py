@@ -18,8 +18,7 @@ sys.path.insert(0, str(freshness.ROOT / "benchmarks"))
 # chip (the bytes it needed: under a second each): the cheapest compiles of the stored chip steps.
 CHIP_STEPS = ("L4-B1-S16384-full", "L4-B29-S2048-minimal", "L4-B33-S2048-qkv_device")
 LOCKED = freshness.locked_versions()
-ON_CHIP_LOCK = libtpu.installed() and freshness.versions(
-    {"accelerator": ["tpu-v5e"]}, {"tpu-v5e": None}) == LOCKED
+ON_CHIP_LOCK = libtpu.installed() and freshness.on_chip_lock()
 
 pytestmark = pytest.mark.skipif(not ON_CHIP_LOCK, reason=f"the chip lock's compiler only ({freshness.CHIP_LOCK})")
 

@@ -1,10 +1,11 @@
 import os
+import re
 import warnings
 
 import jax
 import pytest
 
-from companion import compiler, hlo, models, report_cache, targets, train
+from companion import compiler, freshness, hlo, models, report_cache, targets, train
 from companion.models import toy
 
 STACK = toy.MlpStack(layers=4, width=256, hidden=1024)
@@ -173,3 +174,27 @@ def test_one_kernel_cache_per_gpu_shared_by_flag_sets_and_a_failing_cache_is_byp
     assert retried == [1] and third.device.peak_bytes == first.device.peak_bytes
     monkeypatch.setenv(compiler.KERNEL_CACHE_ENV, "off")
     assert compiler.kernel_cache_file(placement) is None
+
+
+_EMPTY_AUTOTUNER_CONFIG = re.compile(r', backend_config=\{"operation_queue_id":"0","force_earliest_schedule":false,'
+                                     r'"reification_cost":\[\],"device_type":"DEVICE_TYPE_INVALID",'
+                                     r'"native_emitter_backend_config":\{[^}]*\}\}')
+
+
+def test_deviceless_gpu_compiles_skip_autotuning_and_it_changes_no_byte_of_the_step(monkeypatch):
+    """No GPU to time candidates: the autotuner is off (``DEVICELESS_GPU_OPTIONS``) unless the flags set it, and
+    with it on the step is the same program but for empty backend configs, to the byte."""
+    monkeypatch.setenv(report_cache.ENV, "off")
+    gpu = compiler.place(targets.target("h100", "1x8"))
+    assert compiler.deviceless_options(gpu, {}) == {"xla_gpu_autotune_level": 0}
+    assert compiler.deviceless_options(gpu, {"xla_gpu_autotune_level": 4}) == {}
+    assert compiler.deviceless_options(compiler.place(targets.target("tpu-v5e")), {}) == {}
+    trainer = train.trainer(models.config("tiny-llama"), "minimal_offloaded")
+    off = train.compile_step(trainer, gpu, 8, 256)
+    on = train.compile_step(trainer, gpu, 8, 256, flags="--xla_gpu_autotune_level=4")
+    assert (off.device, off.host, off.offload.d2h_bytes_per_step) == (on.device, on.host, on.offload.d2h_bytes_per_step)
+
+    def body(report):  # the scheduled program less its module line (its fingerprint) and the empty configs
+        return freshness.program_hash(_EMPTY_AUTOTUNER_CONFIG.sub("", report.hlo_text).split("\n", 1)[1])
+
+    assert body(off) == body(on)

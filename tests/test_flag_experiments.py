@@ -121,13 +121,12 @@ def test_a_profile_from_the_link_model_is_read_by_xlas_scheduler(placement, tmp_
     second = _compile(placement, dump=True)(flags.resolve(spec))
     after = pgle.scheduler_transfer_costs(second.dump.schedule, transfers)
     ours = {c.name: c.transfer_seconds * 1e6 for c in schedule.transfer_cover(sim)}
-    # jaxlib 0.12: XLA's own timeline keeps its constant for these transfers (at 0.10.2 it charged the profile's
-    # bytes / bandwidth, median under half the constant): the profile, written from the compiled module's names,
-    # misses instructions the scheduler sees (passes after scheduling rename a quarter of them:
-    # tests/test_scheduler.py), and XLA's accuracy checker says so — a gap of companion.pgle on 0.12 (issue 50)
+    # with the profile XLA's own timeline charges each transfer the link's time (at least the profile's cost, more
+    # where it placed the done later than needed) instead of its constant: the profile names every op the second
+    # compile's scheduler asks for, jaxlib 0.12's renamed ones and async device copies included (none missing)
     assert set(after) == set(before) and all(after[n] >= 0.98 * ours[n] for n in after)
-    assert statistics.median(after.values()) == pytest.approx(statistics.median(before.values()), rel=0.05)
-    assert [w for w in second.compiler_warnings if "Missing" in w]
+    assert min(after.values()) < 4999 and statistics.median(after.values()) < statistics.median(before.values())
+    assert profile.async_copies > 0 and not [w for w in second.compiler_warnings if "Missing" in w]
     # its accuracy checker reads the file: drop the entries of the transfers' waits and it lists them
     partial = tmp_path / "partial.pbtxt"
     partial.write_text("".join(f'costs {{ name: "{n}" cost_us: {us} }}\n' for n, us in profile.costs_us.items()

@@ -256,7 +256,13 @@ def test_the_chips_results_are_held_to_the_chip_lock_and_written_only_there():
     assert chip["versions"] == locked  # whatever this environment has installed
     gpu = freshness.stamp("benchmarks/bench_central.py", {"rows": []})
     assert gpu["versions"]["jaxlib"] == freshness.versions({}, {})["jaxlib"]
-    if freshness.versions({"accelerator": ["tpu-v5e"]}, {"tpu-v5e": None}) != locked:  # the main lock
+    if not freshness.on_chip_lock():  # the main lock
         with pytest.raises(SystemExit, match="run it on the chip lock.*jaxlib 0.10.2, libtpu 0.0.42.1"):
             freshness.refuse_off_lock("benchmarks/bench_measured.py")
     freshness.refuse_off_lock("benchmarks/bench_central.py")  # a GPU result: any lock
+
+
+def test_make_benchmarks_leaves_the_chips_benchmarks_to_the_chip_lock():
+    makefile = (freshness.ROOT / "Makefile").read_text()
+    chip = re.search(r"^CHIP_BENCHMARKS := (.*)$", makefile, re.M).group(1).split()
+    assert sorted(chip) == sorted(freshness.CHIP_PRODUCERS)
