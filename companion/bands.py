@@ -101,7 +101,9 @@ KERNEL_LINK_SWEEP: dict[str, tuple[Spread, Spread]] = {
 }
 
 # The frozen simulator's worst |error| on the published step times it was held against
-# (benchmarks/results/calibration.json, its "worst_abs_error"; tests/test_bands.py keeps the two equal).
+# (benchmarks/results/calibration.json, its "worst_abs_error", at jaxlib 0.10.2). On jaxlib 0.12.0.1 that worst is
+# 0.234: this figure covers it, and stays until central, central_space and plan, which carry it, are rerun with it
+# (tests/test_bands.py keeps it at or above the benchmark's worst, and within 5 points of it).
 ABSOLUTE_ERROR = 0.283
 
 # Where the absolute band does not hold: model families no published run calibrated, with the one run that

@@ -113,6 +113,23 @@ def stack_rows() -> list[dict]:
             for r in new["rows"] if r["label"] in before]
 
 
+def _space_moves(before: list[dict], after: list[dict]) -> str:
+    """What moved in the space: full remat's largest batch and the naive steps' worst exposed share."""
+    def largest(rows, key):
+        return max(r["batch"] for r in rows if r["label"] == "full remat" and r["fits"]
+                   and (r["target"], r["mem_fraction"]) == key)
+
+    def exposed(rows):
+        worst = max((r for r in rows if r["label"].endswith("naive")),
+                    key=lambda r: r["exposed_transfer_seconds"] / r["step_seconds"])
+        return f"{worst['exposed_transfer_seconds'] / worst['step_seconds'] * 100:.1f} %"
+
+    keys = sorted({(r["target"], r["mem_fraction"]) for r in after})
+    batches = "; ".join(f"{t} at {f}: B {largest(before, (t, f))} -> {largest(after, (t, f))}" for t, f in keys)
+    return (f"Full remat's largest batch: {batches}. The naive offload steps' largest exposed-transfer share: "
+            f"{exposed(before)} -> {exposed(after)} (the +67.7 % over naive needs 40 %).")
+
+
 def generate(before_commit: str) -> str:
     central_old = _git_json(before_commit, "benchmarks/results/central.json")
     central_new = json.loads((ROOT / "benchmarks/results/central.json").read_text())
@@ -142,8 +159,8 @@ def generate(before_commit: str) -> str:
     space_new = json.loads((ROOT / "benchmarks/results/central_space.json").read_text())
     again = space_new["stamp"]["versions"] != central_old["stamp"]["versions"]
     parts.append("### Notebook 06's answer to the published +57 % (DeepSeek-V3, the published space)\n\n"
-                 f"**0.10.2:** {answer.headline(space_old)}\n\n**0.12:** "
-                 + (answer.headline(space_new["rows"]) if again else
+                 f"**0.10.2:**\n\n{answer.headline(space_old)}\n\n**0.12:**\n\n"
+                 + (answer.headline(space_new["rows"]) + "\n\n" + _space_moves(space_old, space_new["rows"]) if again else
                     "not yet rerun: `central_space.json` is still 0.10.2's (78 DeepSeek-V3 compiles on 256 and 512 "
                     "GB200, about two hours on 2 cores: `benchmarks/bench_central.py --part central_space`)"))
     parts.append("### The planner's picks (`plan.json`)\n\n" + tables.markdown(planner_rows(plan_old, plan_new)))

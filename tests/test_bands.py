@@ -16,9 +16,12 @@ def _sweep(nominal: float, samples: tuple[float, ...]) -> bands.Sweep:
     return bands.Sweep(nominal, samples, tokens=1000.0, generation="hopper", link="pcie5_x16")
 
 
-def test_the_calibration_error_is_the_benchmarks_worst():
+def test_the_calibration_error_covers_the_benchmarks_worst():
+    """The absolute band's error is the frozen simulator's worst on published runs when it was set (jaxlib 0.10.2's
+    calibration, 0.283); on 0.12 the worst is smaller (0.234), inside it: the band stays the wider until the
+    results that carry it (central, central_space, plan) are rerun with the new figure (issue 50's note)."""
     result = json.loads((ROOT / "benchmarks" / "results" / "calibration.json").read_text())
-    assert bands.ABSOLUTE_ERROR == result["worst_abs_error"]
+    assert result["worst_abs_error"] <= bands.ABSOLUTE_ERROR < result["worst_abs_error"] + 0.05
     errors = [abs(r["error"]) for r in result["runs"] if r["kind"] == "absolute"]
     assert round(max(errors), 3) == result["worst_abs_error"]
 

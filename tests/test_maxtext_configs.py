@@ -91,17 +91,18 @@ def test_unscanned_steps_are_the_compile_s_to_answer():
 # file, system, overrides -> the budget's smallest fraction (None: none; "unscanned": not modelled), the
 # compiler's (None: fits at none, then the usable GiB per GPU it needs at the ceiling, to 0.1 GiB).
 # benchmarks/bench_maxtext_configs.py finds them; here each is confirmed with one or two compiles.
-VERDICTS = [  # the compiler's numbers: jaxlib 0.12.0.1's (0.10.2 said 385.3, 91.2, 0.56, 92.3, 92.3, 285.9 GiB)
+VERDICTS = [  # the compiler's numbers: jaxlib 0.12.0.1's (0.10.2 said 385.3 GiB, 91.2, 0.56, 92.3, 92.3)
     ("llama2_7b.yml", "h100:1x8", [], "unscanned", 0.78, None),
     ("llama3_8b.yml", "h100:1x8", [], None, None, 394.7),
     ("llama2_70b.yml", "h100:8x8", MULTI_NODE, 0.79, 0.82, None),
     ("llama3_70b.yml", "h100:8x8", MULTI_NODE, None, None, 92.0),
-    pytest.param("llama3.1_405b.yml", "h100:128x8", MULTI_NODE, 0.58, 0.55, None, marks=pytest.mark.xfail(
-        reason="jaxlib 0.12 fits below 0.55 too: the boundary is not yet searched (issue 50, left)")),
+    ("llama3.1_405b.yml", "h100:128x8", MULTI_NODE, 0.58, 0.54, None),
     ("mixtral_8x1b.yml", "h100:8x8", MULTI_NODE, None, None, 92.2),
     ("mixtral_8x2b.yml", "h100:8x8", MULTI_NODE, None, None, 92.2),
-    ("mixtral_8x7b.yml", "h100:8x8", MULTI_NODE, "unscanned", None, 274.0),
 ]
+# mixtral_8x7b.yml (unscanned: 32 MoE layers unrolled, ~90 s a compile on 2 cores) is the benchmark's alone:
+# bench_maxtext_configs.py compiles it and its scanned twin (274.0 and 277.2 GiB at jaxlib 0.12.0.1); the unscanned
+# path is tested here on llama2_7b.yml, and the scanned Mixtral verdicts on mixtral_8x1b.yml and mixtral_8x2b.yml.
 
 
 def _step(file, system, overrides):
@@ -112,7 +113,7 @@ def _step(file, system, overrides):
 
 
 @pytest.mark.parametrize("file, system, overrides, budget_says, compiler_says, needs_gib", VERDICTS,
-                         ids=[(v.values if hasattr(v, "marks") else v)[0] for v in VERDICTS])
+                         ids=[v[0] for v in VERDICTS])
 def test_each_gpu_config_s_verdict_on_its_system(file, system, overrides, budget_says, compiler_says, needs_gib):
     run, target, cfg, batch, mesh = _step(file, system, overrides)
     if budget_says != "unscanned":
