@@ -76,7 +76,7 @@ test-browser: $(STAMP)
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
 	  echo "make test-browser needs Chromium and its driver: apt-get install chromium chromium-driver"; exit 1; }
 	$(BIN)/uv pip install --quiet --python $(BIN)/python -c $(LOCK) -e ".[dev,browser]"
-	$(BIN)/python -m pytest -q browser_tests -p no:cacheprovider
+	$(BIN)/python -m pytest -q -n $(JOBS) browser_tests -p no:cacheprovider  # a JupyterLab and a Chromium per worker
 
 ## Stored rows recomputed and compared field for field (a sample; CI runs it): benchmarks/rederive.py.
 rederive: $(STAMP)
