@@ -14,18 +14,21 @@ Importing ``companion`` prepares JAX, once, before it starts:
   except in a multi-process job (``companion.distributed``), whose backend may start only after
   ``jax.distributed.initialize``.
 
-The modules sit in layers, imports pointing only down: declared in ``companion.layers`` (held by
-``tests/test_layers.py``) and drawn in README's "Architecture" section (``scripts/architecture.py``).
+The modules sit in layers, one folder each (``companion/ground/`` ... ``companion/surfaces/``), imports pointing
+only down: read from the folders by ``companion.ground.layers`` (held by ``tests/test_layers.py``) and drawn in
+README's "Architecture" section (``scripts/architecture.py``). ``from companion import budget`` serves any module
+by its short name (``_FACE``); ``import companion.budget``, the path before the folders, still works with a
+``DeprecationWarning`` until the next version bump.
 """
 
 import os
 import sys
 import warnings
 
-from . import distributed as _distributed
-from . import flags as _flags
-from . import libtpu as _libtpu
-from . import stderr as _stderr
+from .ground import distributed as _distributed
+from .hardware import flags as _flags
+from .hardware import libtpu as _libtpu
+from .ground import stderr as _stderr
 
 os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
 
@@ -66,3 +69,70 @@ if _error is not None and sys.argv[:1] != ["-m"]:  # `python -m companion` says 
                   stacklevel=2)
 
 __version__ = "0.1.0"
+
+# The package's face: ``from companion import budget`` imports the module where its layer keeps it
+# (``companion.memory.budget``), lazily, so importing ``companion`` stays cheap. The old dotted paths
+# (``import companion.budget``) are deprecation shims, gone at the next version bump.
+_FACE = {
+    "answer": "companion.planning.answer",
+    "attribution": "companion.measuring.attribution",
+    "bands": "companion.timing.bands",
+    "budget": "companion.memory.budget",
+    "calibration": "companion.timing.calibration",
+    "caveats": "companion.ground.caveats",
+    "cli": "companion.surfaces.cli",
+    "collectives": "companion.timing.collectives",
+    "comparison": "companion.measuring.comparison",
+    "compiler": "companion.compiling.compiler",
+    "descriptors": "companion.xla.descriptors",
+    "distributed": "companion.ground.distributed",
+    "dump": "companion.xla.dump",
+    "experiments": "companion.timing.experiments",
+    "fit": "companion.hardware.fit",
+    "flags": "companion.hardware.flags",
+    "flops": "companion.models.flops",
+    "fraction": "companion.memory.fraction",
+    "freshness": "companion.ground.freshness",
+    "heuristics": "companion.memory.heuristics",
+    "hlo": "companion.xla.hlo",
+    "layers": "companion.ground.layers",
+    "libtpu": "companion.hardware.libtpu",
+    "loop": "companion.measuring.loop",
+    "lowering": "companion.ground.lowering",
+    "maxtext": "companion.planning.maxtext",
+    "measure": "companion.measuring.measure",
+    "measured": "companion.measuring.measured",
+    "notation": "companion.ground.notation",
+    "pgle": "companion.timing.pgle",
+    "pipelining": "companion.timing.pipelining",
+    "plan": "companion.planning.plan",
+    "plots": "companion.surfaces.plots",
+    "policies": "companion.ground.policies",
+    "published": "companion.timing.published",
+    "report_cache": "companion.compiling.report_cache",
+    "requirement": "companion.timing.requirement",
+    "results": "companion.ground.results",
+    "roofline": "companion.timing.roofline",
+    "schedule": "companion.timing.schedule",
+    "sharding": "companion.ground.sharding",
+    "state": "companion.ground.state",
+    "stderr": "companion.ground.stderr",
+    "steps": "companion.timing.steps",
+    "tables": "companion.surfaces.tables",
+    "targets": "companion.hardware.targets",
+    "train": "companion.compiling.train",
+    "widgets": "companion.surfaces.widgets",
+    "workaround": "companion.timing.workaround",
+}
+
+
+def __getattr__(name):
+    if name in _FACE:
+        import importlib
+
+        return importlib.import_module(_FACE[name])
+    raise AttributeError(f"module 'companion' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_FACE])

@@ -3,7 +3,7 @@
     python scripts/architecture.py          # rewrites README.md between its architecture markers, and docs/api.md
     python scripts/architecture.py --check  # exits 1 if either is stale (tests/test_layers.py runs it)
 
-Reads the source with ``ast`` only: it needs no JAX and imports nothing of the package but ``layers``.
+Reads the source with ``ast`` only: it needs no JAX and imports nothing of the package but ``ground/layers.py``.
 """
 
 from __future__ import annotations
@@ -22,22 +22,35 @@ MARKERS = re.compile(r"(<!-- architecture: begin.*?-->\n)(.*?)(<!-- architecture
 
 def _layers():
     """``companion.layers`` loaded by path: importing ``companion`` itself would start JAX's backend."""
-    spec = importlib.util.spec_from_file_location("companion_layers", ROOT / "companion" / "layers.py")
+    spec = importlib.util.spec_from_file_location("companion_layers", ROOT / "companion" / "ground" / "layers.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
     spec.loader.exec_module(module)
     return module
 
 
+def _automodules(module: str) -> list[str]:
+    """``automodule`` directives for one module: its members; for a module split into parts, the package's
+    docstring and then each part with its members (a part's members are defined there, not in the package)."""
+    folder = ROOT / "companion" / module.replace(".", "/")
+    parts = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__") if "." in module else []
+    if not parts:
+        return [f".. automodule:: companion.{module}\n   :members:"]
+    return [f".. automodule:: companion.{module}"] + [f".. automodule:: companion.{module}.{part}\n   :members:"
+                                                     for part in parts]
+
+
 def api_page(layers) -> str:
-    """The site's API reference: every module's docstring and members, layer by layer from the ground up."""
+    """The site's API reference: every module's docstring and members, layer by layer from the ground up (each
+    layer a folder of ``companion/``)."""
     lines = ["# The companion API", "",
-             "Layer by layer from the ground up (README, \"Architecture\"); imports only point down.", ""]
+             "Layer by layer from the ground up (README, \"Architecture\"): each layer a folder of `companion/`; "
+             "imports only point down.", ""]
     for layer in layers.LAYERS:
         modules = [m for m in layer.modules if not m.startswith("__")]
         if modules:
             lines += [f"## {layer.name}", "", layer.role[0].upper() + layer.role[1:] + ".", "", "```{eval-rst}"]
-            lines += [f".. automodule:: companion.{m}\n   :members:" for m in modules]
+            lines += [d for m in modules for d in _automodules(m)]
             lines += ["```", ""]
     return "\n".join(lines)
 

@@ -1,4 +1,4 @@
-"""Regenerate companion/data/libtpu_flags.json: every flag the installed libtpu accepts, with its type.
+"""Regenerate companion/hardware/data/libtpu_flags.json: every flag the installed libtpu accepts, with its type.
 
 Run after changing the libtpu pin:  .venv/bin/python scripts/refresh_libtpu_flag_names.py   (~1 h on 2 cores)
 
@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "companion" / "data" / "libtpu_flags.json"
+OUT = ROOT / "companion" / "hardware" / "data" / "libtpu_flags.json"
 SENTINEL = "%%not-a-value%%"
 
 

@@ -1,5 +1,5 @@
-"""Regenerate the installed jaxlib's entry of companion/data/xla_flags.json: every XLA flag it accepts, with
-its type (the other jaxlibs' entries stay: the lab supports a range, and ``companion.flags.changes`` compares them).
+"""Regenerate the installed jaxlib's entry of companion/hardware/flags/data/xla_flags.json: every XLA flag it accepts, with
+its type (the other jaxlibs' entries stay: the lab supports a range, and ``companion.hardware.flags.changes`` compares them).
 
 Run after adding a jaxlib to the supported range:  .venv/bin/python scripts/refresh_xla_flag_names.py
 
@@ -28,7 +28,7 @@ import jax.numpy as jnp  # noqa: E402
 import jaxlib  # noqa: E402
 
 from companion import stderr, targets  # noqa: E402
-from companion.flags import CATALOG  # noqa: E402
+from companion.hardware.flags import CATALOG  # noqa: E402
 
 SENTINEL = "%%not-a-value%%"
 TYPE_WORDS = {"bool": "bool", "int32": "int", "int64": "int", "float": "float", "double": "float",
@@ -53,7 +53,7 @@ def main() -> None:
     arg = jax.ShapeDtypeStruct((8,), jnp.float32, sharding=SingleDeviceSharding(device))
     lowered = jax.jit(lambda a: a + 1).lower(arg)
     found: dict[str, str] = {}
-    out = ROOT / "companion" / "data" / "xla_flags.json"
+    out = ROOT / "companion" / "hardware" / "flags" / "data" / "xla_flags.json"
     # Path flags (xla_dump_to, ...) take the sentinel as a folder: let them write into a scratch dir.
     os.chdir(tempfile.mkdtemp(prefix="xla_flag_probe_"))
     with stderr.capture():

@@ -1,6 +1,6 @@
 """The budget's behaviour pinned: ``estimate(...).to_dict()`` for every ``bench_budget`` configuration,
 compared byte for byte with ``tests/data/budget_golden.json`` (written before a refactor of
-``companion/budget.py``, kept to prove it changed nothing). After a change that is meant to move the
+``companion/memory/budget/``, kept to prove it changed nothing). After a change that is meant to move the
 budget, rewrite it with ``python tests/test_budget_golden.py --write`` and say why in the commit."""
 
 import json

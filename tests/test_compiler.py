@@ -90,7 +90,7 @@ def test_cpu_backend_drops_the_offload_and_says_so():
 def test_missing_plugin_falls_back_to_cpu_with_one_warning(monkeypatch):
     info = compiler.backend()
     no_plugin = compiler.BackendInfo("cpu", info.local_devices, False, info.xla_flags_at_start, "")
-    monkeypatch.setattr(compiler, "backend", lambda: no_plugin)
+    monkeypatch.setattr(compiler.placement, "backend", lambda: no_plugin)  # where `place` looks it up
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         placement = compiler.place(targets.target("h100", "1"))
@@ -169,7 +169,7 @@ def test_one_kernel_cache_per_gpu_shared_by_flag_sets_and_a_failing_cache_is_byp
     (tmp_path / os.path.basename(path)).write_bytes(b"not a CompilationCacheProto")
     retried = []
     bypass = compiler._compile_without_cache
-    monkeypatch.setattr(compiler, "_compile_without_cache", lambda *a: retried.append(1) or bypass(*a))
+    monkeypatch.setattr(compiler.compilation, "_compile_without_cache", lambda *a: retried.append(1) or bypass(*a))
     third = train.compile_step(train.trainer(cfg, "minimal_offloaded"), placement, 8, 256)
     assert retried == [1] and third.device.peak_bytes == first.device.peak_bytes
     monkeypatch.setenv(compiler.KERNEL_CACHE_ENV, "off")

@@ -4,7 +4,7 @@ logic on stand-in compiles whose peak follows the scheduler's limit, and the rul
 import pytest
 
 from companion import fit, fraction, targets
-from companion.targets import GiB
+from companion.hardware.targets import GiB
 
 
 def _compiles(peak_at, fits_from=None):

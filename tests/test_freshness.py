@@ -84,34 +84,81 @@ def test_the_stored_stamps_hold_here(stamps):
         assert freshness.check(name, stamps[name]).fresh, freshness.check(name, stamps[name]).line()
 
 
-def test_a_docstring_edit_and_a_module_moved_behind_a_shim_leave_every_result_fresh(tmp_path, stamps):
+def test_a_docstring_edit_a_move_behind_a_shim_and_a_split_leave_every_result_fresh(tmp_path, stamps):
     root = _copy(tmp_path)
+    timing = root / "companion" / "timing"
     # docstrings and comments, in a module every GPU result runs
-    _edit(root / "companion" / "schedule.py", '"""Step time from the compiled schedule', '"""Step time (edited)')
-    _edit(root / "companion" / "schedule.py", "    def matmul(self, accelerator: targets.Accelerator) -> float:\n"
+    _edit(timing / "schedule" / "__init__.py", '"""Step time from the compiled schedule', '"""Step time (edited)')
+    _edit(timing / "schedule" / "prices.py", "    def matmul(self, accelerator: targets.Accelerator) -> float:\n"
           '        """', "    def matmul(self, accelerator: targets.Accelerator) -> float:\n"
           '        # a planted comment\n        """A planted docstring. ')
-    # `schedule` (which holds four price tables) moved into a subpackage, its old path a shim
+    # `schedule` (a split module whose parts hold five price tables) moved to another folder, its old path a shim
     moved = root / "companion" / "pricing"
     moved.mkdir()
     (moved / "__init__.py").write_text('"""The simulator\'s prices."""\n')
-    text = (root / "companion" / "schedule.py").read_text()
-    (moved / "schedule.py").write_text(re.sub(r"^from \.", "from ..", text, flags=re.M))
-    (root / "companion" / "schedule.py").write_text(
+    shutil.move(timing / "schedule", moved / "schedule")
+    for part in (moved / "schedule").glob("*.py"):  # its imports of the timing layer, from the new place
+        text = re.sub(r"^(\s*)from \.\. import", r"\1from ...timing import", part.read_text(), flags=re.M)
+        part.write_text(re.sub(r"^(\s*)from \.\.(\w)", r"\1from ...timing.\2", text, flags=re.M))
+    (timing / "schedule.py").write_text(
         '"""Moved to ``companion.pricing.schedule``."""\n\nimport warnings\n\n'
-        "from .pricing.schedule import *  # noqa: F403\n"
-        "from .pricing.schedule import _compute_seconds  # noqa: F401\n\n"
-        'warnings.warn("companion.schedule moved to companion.pricing.schedule", DeprecationWarning, stacklevel=2)\n')
+        "from ..pricing.schedule import *  # noqa: F403\n"
+        "from ..pricing.schedule import _compute_seconds  # noqa: F401\n\n"
+        'warnings.warn("companion.timing.schedule moved to companion.pricing.schedule", DeprecationWarning, '
+        "stacklevel=2)\n")
     # an importer that now takes the new path
-    _edit(root / "companion" / "steps.py", "from . import bands, pipelining, schedule, workaround",
-          "from . import bands, pipelining, workaround\nfrom .pricing import schedule")
+    _edit(timing / "steps.py", "from . import bands, pipelining, schedule, workaround",
+          "from . import bands, pipelining, workaround\nfrom ..pricing import schedule")
+    # `roofline` split into a package of two parts: each part repeats the imports it needs (keyed once), the
+    # second imports the first (a part's import of a part: not keyed)
+    text = (timing / "roofline.py").read_text().replace("from ..", "from ...")
+    cut = text.index("def offload_vs_recompute(")
+    header = text[:text.index("\n\n\n", text.index("from ...hardware"))]
+    (timing / "roofline.py").unlink()
+    (timing / "roofline").mkdir()
+    (timing / "roofline" / "rates.py").write_text(text[:cut])
+    (timing / "roofline" / "recompute.py").write_text(
+        header + "\nfrom .rates import OffloadPrice, break_even_bandwidth\n\n\n" + text[cut:])
+    (timing / "roofline" / "__init__.py").write_text(
+        '"""Rooflines."""\n\nfrom .rates import *  # noqa: F403\nfrom .recompute import *  # noqa: F403\n')
     changed = _changed_in(root, stamps)
     assert changed == {name: [] for name in stamps}
 
 
+def test_a_split_module_is_keyed_as_one_and_its_parts_code_still_counts(tmp_path, stamps):
+    root = _copy(tmp_path)
+    hlo = root / "companion" / "xla" / "hlo"
+    assert freshness.split_packages() == sorted(freshness.split_packages())
+    assert "companion/xla/hlo" in freshness.split_packages()
+    # a statement moved from one part to another: the module is the same
+    costs, transfers = (hlo / "costs.py").read_text(), (hlo / "transfers.py").read_text()
+    moved = "GROUPED_GEMM_TILE_ROWS = 128"
+    line = next(x for x in costs.splitlines() if x.startswith(moved))
+    (hlo / "costs.py").write_text(costs.replace(line + "\n", "").replace(
+        "from .transfers import ", "from .transfers import GROUPED_GEMM_TILE_ROWS, "))
+    (hlo / "transfers.py").write_text(transfers + "\n" + line + "\n")
+    assert _changed_in(root, stamps) == {name: [] for name in stamps}
+    # but the constant's value is code
+    _edit(hlo / "transfers.py", moved, "GROUPED_GEMM_TILE_ROWS = 64")
+    changed = _changed_in(root, stamps)
+    for name in ("central", "plan", "h100 8b"):
+        assert changed[name] == [f"the code it ran ({stamps[name]['producer']} and its imports)"], name
+
+
+def test_the_face_binds_no_number_but_an_edit_to_it_is_code(tmp_path, stamps):
+    root = _copy(tmp_path)
+    init = root / "companion" / "__init__.py"
+    _edit(init, '    "workaround": "companion.timing.workaround",\n', '    "workaround": "companion.timing.workaround",\n'
+          '    "newcomer": "companion.timing.steps",\n')  # one more name served: binds a module, no number
+    assert _changed_in(root, stamps) == {name: [] for name in stamps}
+    _edit(init, "has no attribute {name!r}", "has no attribute {name!r} (edited)")  # the lookup's code
+    changed = _changed_in(root, stamps)
+    assert all(changed[name] == [f"the code it ran ({stamps[name]['producer']} and its imports)"] for name in stamps)
+
+
 def test_one_price_constant_stales_the_results_that_read_it_and_only_those(tmp_path, stamps):
     root = _copy(tmp_path)
-    _edit(root / "companion" / "schedule.py", 'MATMUL_EFFICIENCY = {"hopper": 0.75,', 'MATMUL_EFFICIENCY = {"hopper": 0.76,')
+    _edit(root / "companion" / "timing" / "schedule" / "prices.py", 'MATMUL_EFFICIENCY = {"hopper": 0.75,', 'MATMUL_EFFICIENCY = {"hopper": 0.76,')
     changed = _changed_in(root, stamps)
     for name in ("central", "plan", "h100 8b"):  # Hopper steps priced with it
         assert changed[name] == ["MATMUL_EFFICIENCY[hopper]"], (name, changed[name])
@@ -133,7 +180,7 @@ def test_a_model_dimension_stales_the_results_that_compiled_that_model(tmp_path,
 
 def test_a_change_of_code_stales_every_result_that_runs_it_and_says_so(tmp_path, stamps):
     root = _copy(tmp_path)
-    _edit(root / "companion" / "schedule.py", "SCHEMA = 2", "SCHEMA = 3")
+    _edit(root / "companion" / "timing" / "schedule" / "simulation.py", "SCHEMA = 2", "SCHEMA = 3")
     changed = _changed_in(root, stamps)
     for name in ("central", "plan", "h100 8b", "tpu"):
         assert changed[name] == [f"the code it ran ({stamps[name]['producer']} and its imports)"], name
@@ -142,9 +189,9 @@ def test_a_change_of_code_stales_every_result_that_runs_it_and_says_so(tmp_path,
 def test_closure_follows_imports_and_leaves_provenance_out():
     files = freshness.closure("benchmarks/bench_tpu_simulation.py")
     assert "benchmarks/bench_measured.py" in files  # a benchmark it imports
-    assert {"companion/__init__.py", "companion/schedule.py", "companion/models/configs.py"} <= set(files)
-    assert not set(freshness.PROVENANCE) & set(files)
-    assert "companion/widgets.py" not in files and "companion/cli.py" not in files  # nothing imports them
+    assert {"companion/__init__.py", "companion/timing/schedule/replay.py", "companion/models/configs.py"} <= set(files)
+    assert not [f for f in files if freshness.is_provenance(f)] and freshness.is_provenance("companion/ground/freshness/source.py")
+    assert not [f for f in files if f.startswith(("companion/surfaces/widgets/", "companion/surfaces/cli/"))]
 
 
 def test_a_name_imported_by_name_alone_is_bound_once_and_no_file_binds_a_name_twice():
@@ -246,7 +293,7 @@ def test_no_statement_that_runs_at_import_reads_a_tables_entries():
                 used |= {n.attr for n in ast.walk(part) if isinstance(n, ast.Attribute)}
                 if used & names:
                     found.append(f"{path.relative_to(ROOT)}: {ast.unparse(part)}")
-    assert found == ["companion/targets.py: ACCELERATORS = (*GPUS, *TPUS)"]  # their keys only: not a read of entries
+    assert found == ["companion/hardware/targets/chips.py: ACCELERATORS = (*GPUS, *TPUS)"]  # their keys only: not a read of entries
 
 
 def test_the_chips_results_are_held_to_the_chip_lock_and_written_only_there():

@@ -97,7 +97,7 @@ os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
 import companion, jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh
 from companion.models import moe
-from companion.sharding import AxisRules
+from companion.ground.sharding import AxisRules
 E, k, D, F, ways, tokens = 8, 1, 16, 8, 4, 32  # 32 tokens per device, one choice each
 rng = np.random.default_rng(0)
 x = jnp.asarray(rng.standard_normal((ways, tokens, D)), jnp.float32)  # a sequence per device

@@ -54,7 +54,7 @@ def test_largest_batch_bars_mark_the_policies_that_fit_nothing():
 
 
 def test_step_bars_split_each_step_and_label_its_throughput():
-    from companion.schedule import StepSimulation
+    from companion.timing.schedule import StepSimulation
 
     def sim(step, transfers, collectives):
         return StepSimulation("h100:1x8", "pcie5_x16", step, step - transfers - collectives, transfers, collectives,

@@ -39,7 +39,7 @@ def test_the_index_links_every_notebook_and_the_api(site):
     for name in NOTEBOOKS:
         assert f"notebooks/{name}.html" in index
     api = (site / "docs" / "api.html").read_text()
-    assert "companion.schedule.simulate" in api and "companion.targets.HostLink" in api
+    assert "companion.timing.schedule.replay.simulate" in api and "companion.hardware.targets.links.HostLink" in api
     assert (site / "index.html").exists()
 
 

@@ -3,7 +3,7 @@ import dataclasses
 import pytest
 
 from companion import compiler, targets
-from companion.targets import GB, GiB
+from companion.hardware.targets import GB, GiB
 
 
 def test_catalog_has_the_five_targets_with_datasheet_facts():

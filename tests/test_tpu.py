@@ -48,7 +48,7 @@ def test_libtpu_flags_are_checked_before_libtpu_sees_them():
 
 def test_every_maxtext_host_offload_flag_is_known_to_this_libtpu():
     if not libtpu.KNOWN:
-        pytest.fail("companion/data/libtpu_flags.json is empty: run scripts/refresh_libtpu_flag_names.py")
+        pytest.fail("companion/hardware/data/libtpu_flags.json is empty: run scripts/refresh_libtpu_flag_names.py")
     assert libtpu.parse(libtpu.MAXTEXT_HOST_OFFLOAD) == libtpu.MAXTEXT_HOST_OFFLOAD
     with pytest.raises(ValueError, match="expected an integer"):
         libtpu.parse("--xla_tpu_host_transfer_overlap_limit=many")

@@ -1,4 +1,5 @@
-"""Models for the lessons.
+"""What is trained, as JAX code: Llama, Mixtral, DeepSeek-V3 with MaxText's checkpoint names, and MaxText's
+count of their FLOPs (``flops``).
 
 ``toy`` is a scanned MLP stack (notebook 00); ``Llama`` and ``DeepSeek`` are Flax NNX decoders
 with MaxText's checkpoint names, built from a ``ModelConfig`` (``config("llama3.1-405b")``).
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from flax import nnx
 
-from ..sharding import AxisRules
+from ..ground.sharding import AxisRules
 from .configs import CONFIGS, Mla, ModelConfig, Moe, Rope, config
 from .deepseek import DeepSeek
 from .llama import Llama

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from ..sharding import AxisRules
+from ..ground.sharding import AxisRules
 from .configs import ModelConfig
 from .layers import DecoderLayer, Embedding, LmHead, apply_layers, build_layers, checkpoint_names
 

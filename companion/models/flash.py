@@ -30,7 +30,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from .. import lowering
+from ..ground import lowering
 
 KERNELS = ("cudnn", "jax")
 

@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..hlo import GROUPED_GEMM_TARGET
+from ..xla.hlo import GROUPED_GEMM_TARGET
 
 KINDS = ("fprop", "dgrad", "wgrad")
 

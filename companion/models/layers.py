@@ -41,7 +41,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
-from ..sharding import AxisRules, constrain
+from ..ground.sharding import AxisRules, constrain
 from . import flash, moe
 from .configs import ModelConfig, Rope
 

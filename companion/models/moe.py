@@ -59,8 +59,8 @@ import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec
 
-from ..hlo import ROUTED_EXPERTS_SCOPE
-from ..sharding import AxisRules, constrain, current_mesh_shape
+from ..xla.hlo import ROUTED_EXPERTS_SCOPE
+from ..ground.sharding import AxisRules, constrain, current_mesh_shape
 from .grouped_gemm import grouped_matmul
 
 SPARSE = ("grouped", "ragged_dot")

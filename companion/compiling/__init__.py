@@ -1,0 +1,2 @@
+"""A training step compiled for a target: the trainer, the compiler, the report cache.
+"""

@@ -1,0 +1,365 @@
+"""The planner: the meshes and flag sets it tries, the search over per-tensor choices and batches, its pick and why."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+from ...timing import bands
+from ...hardware import fit
+from ...memory import budget as budget_lib
+from ...compiling import compiler
+from ...timing import schedule
+from ...ground import sharding
+from ...compiling import train
+from ...timing import workaround
+from ...hardware.fit import HOST_RAM_SHARE, host_limit_bytes
+from ...hardware import flags as xla_flags
+from ...models import configs as model_configs
+from ...hardware.targets import GiB, Target
+
+from .largest import CONTENDERS, PLAN_MARGIN, _largest, budget_keeps
+from .candidates import (
+    CARRY, Candidate, Checked, PIPELINED_FLAG, Plan, STATE_CHOICES, TensorChoice, _mesh_text, estimate_seconds
+)
+
+
+def default_mesh(cfg, target: Target) -> tuple[dict[str, int], str]:
+    """The mesh a command uses when none is given, and why: all-FSDP for a dense model; for a MoE model,
+    expert parallelism inside one NVLink domain (the largest power of two up to 64 that fits the domain,
+    divides the experts and the GPUs: EP 64 for DeepSeek-V3 on 256 GB200, 8 on H100 boards) and FSDP over
+    the rest — all-FSDP would gather every expert's weights in every MoE layer."""
+    from ...timing import collectives
+
+    n = target.num_devices
+    if cfg.moe is None:
+        return sharding.parse_mesh(None, n), "all-FSDP (the default for a dense model)"
+    domain = min(collectives.fabric(target.gpu.key).nvlink_domain, n)
+    ep = next((e for e in (64, 32, 16, 8, 4, 2) if e <= domain and n % e == 0 and cfg.moe.num_experts % e == 0), 1)
+    if ep == 1:
+        return sharding.parse_mesh(None, n), "all-FSDP (no expert split fits an NVLink domain here)"
+    mesh = sharding.parse_mesh({"fsdp": n // ep, "expert": ep}, n)
+    return mesh, (f"mesh {_mesh_text(mesh)}: expert parallelism inside one NVLink domain ({domain} GPUs), FSDP over "
+                  f"the rest (all-FSDP would gather all {cfg.moe.num_experts} experts' weights in every MoE layer); "
+                  "--mesh chooses another")
+
+
+def mesh_candidates(cfg, target: Target) -> list[dict[str, int]]:
+    """The meshes the planner tries when none is given: all-FSDP, and FSDP with tensor parallelism
+    inside a host (dense models: 2, 4, 8 ways where the KV heads split) or expert parallelism (MoE:
+    8 to 64 ways where the experts split)."""
+    n, per_host = target.num_devices, target.topology.gpus_per_host
+    meshes = [sharding.parse_mesh(None, n)]
+    if cfg.moe is None:
+        for t in (2, 4, 8):
+            if t <= per_host and n % t == 0 and n > t and cfg.num_kv_heads % t == 0:
+                meshes.append(sharding.parse_mesh({"fsdp": n // t, "tensor": t}, n))
+    else:
+        for e in (8, 16, 32, 64):
+            if n % e == 0 and n > e and cfg.moe.num_experts % e == 0:
+                meshes.append(sharding.parse_mesh({"fsdp": n // e, "expert": e}, n))
+    return meshes
+
+
+def _order(cfg, seq: int, mesh, target: Target) -> tuple[list[str], dict, list[TensorChoice]]:
+    """The model's named tensors, greedily ordered by the recompute saving each spares per byte (given
+    those before it), at one sequence per batch shard; and the names saving never helps."""
+    batch = sharding.batch_ways(mesh)
+    sizes = {t.name: t for t in budget_lib.tensor_tradeoffs(cfg, batch, seq, mesh)}
+
+    def recompute(saved) -> float:
+        return budget_lib.estimate(cfg, batch, seq, {n: "device" for n in saved}, mesh, target=target).recompute_flops
+
+    order, info, left = [], {}, [n for n, t in sizes.items() if t.recompute_flops_per_layer > 0]
+    current = recompute(order)
+    while left:
+        gains = {n: current - recompute(order + [n]) for n in left}
+        best = max(left, key=lambda n: (gains[n] / sizes[n].bytes_per_layer, gains[n]))
+        if gains[best] <= 0:
+            break
+        order.append(best)
+        info[best] = gains[best] / sizes[best].layers
+        left.remove(best)
+        current -= gains[best]
+    never = [TensorChoice(n, t.bytes_per_layer, t.layers, 0.0, 0.0, 0.0, "remat", _NO_GAIN.get(n, _NO_GAIN[None]))
+             for n, t in sizes.items() if n not in order]
+    return order, {n: (sizes[n], info[n]) for n in order}, never
+
+
+_NO_GAIN = {"context": "saving it spares nothing: flash attention reruns its kernel in the backward pass anyway",
+            None: "saving it spares nothing: the backward pass reads no value computed from it"}
+
+
+def _flag_sets(flags):
+    base = xla_flags.resolve(flags)
+    on = xla_flags.resolve(f"{base.xla_flags()} --{PIPELINED_FLAG}=true".strip())
+    off = xla_flags.resolve(f"{base.xla_flags()} --{PIPELINED_FLAG}=false".strip())
+    return {True: on, False: off}
+
+
+@dataclasses.dataclass(frozen=True)
+class Search:
+    """The budget stage of the planner: candidates that fit, best estimated throughput first."""
+
+    config: model_configs.ModelConfig
+    target: Target
+    seq: int
+    ranked: tuple[tuple[dict, Candidate], ...]  # (mesh, candidate)
+    orders: dict = dataclasses.field(repr=False)  # per mesh: the tensors' greedy order and what each spares
+    searched: int  # candidates the budget evaluated
+    seconds: float
+    usable_hbm_bytes: int
+    host_limit_bytes: int
+    flag_sets: dict = dataclasses.field(repr=False)  # pipelined offload on / off
+
+    def overrides(self, rank: int = 0) -> dict:
+        """A ranked candidate as MaxText overrides (budget only: ``plan`` compiles before it answers)."""
+        from .. import maxtext
+
+        m, c = self.ranked[rank]
+        t = self.target
+        return maxtext.overrides(self.config, c.policy, c.batch, self.seq, m, t.num_devices,
+                                 t.topology.gpus_per_host, c.state)
+
+
+def search(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None = None, *,
+           global_batch: int | None = None, host_pool_gib: int | None = None, flags=None,
+           states=STATE_CHOICES) -> Search:
+    """The planner's first stage, no compile: every candidate (per-tensor remat/device/offload, the scan
+    carry kept or offloaded, pipelined offload, the state levers) at the largest batch the budget fits
+    under usable HBM (less ``BUDGET_MARGIN``) and the host limit, ranked by ``estimate_seconds``.
+
+    ``mesh``: one mesh, or None to try ``mesh_candidates``. ``global_batch``: fixed (the planner then
+    chooses gradient accumulation 1, 2, 4 or 8), or None (the largest each candidate fits, no
+    accumulation). ``host_pool_gib``: the pinned pool you will give XLA, or None to let the plan size it
+    up to ``HOST_RAM_SHARE`` of the host RAM behind each GPU (shared where it is shared).
+    """
+    import time
+
+    t0 = time.perf_counter()
+    cfg = model_configs.config(model)
+    n = target.num_devices
+    if mesh is None:
+        meshes = mesh_candidates(cfg, target)
+    else:
+        meshes = [sharding.parse_mesh(dict(mesh) if isinstance(mesh, Mapping) else mesh, n)]
+    host_limit = host_limit_bytes(target, host_pool_gib * GiB if host_pool_gib is not None else None)
+    usable = target.usable_hbm_bytes
+    flag_sets = _flag_sets(flags)
+    accums = (1,) if global_batch is None else (1, 2, 4, 8)
+    searched = 0
+    feasible: list[tuple[dict, Candidate]] = []
+    orders = {}
+    for m in meshes:
+        ways = sharding.batch_ways(m)
+        order, _, _ = orders[tuple(m.items())] = _order(cfg, seq, m, target)
+        # save the first k of the order; of those, offload the last j (HBM holds the rest)
+        specs = [tuple((name, "offload" if i >= k - j else "device") for i, name in enumerate(order[:k]))
+                 for k in range(len(order) + 1) for j in range(k + 1)]
+        specs += [spec + ((CARRY, "offload"),) for spec in specs]  # the scan carry: kept, or offloaded
+        for spec in specs:
+            offloads = any(w == "offload" for _, w in spec)
+            for base_state in states:
+                for accum in accums:
+                    state = dataclasses.replace(base_state, gradient_accumulation_steps=accum)
+                    step = ways * accum
+                    memo: dict[int, budget_lib.Budget | None] = {}
+
+                    def budget_at(batch: int):
+                        nonlocal searched
+                        if batch not in memo:
+                            searched += 1
+                            try:
+                                memo[batch] = budget_lib.estimate(cfg, batch, seq, dict(spec), m, target=target,
+                                                                  state=state, flags=flag_sets[offloads])
+                            except ValueError:
+                                memo[batch] = None
+                        return memo[batch]
+
+                    def fits(batch: int) -> bool:
+                        b = budget_at(batch)
+                        return (b is not None and budget_keeps(cfg, b.device_bytes, usable)
+                                and b.host_bytes <= host_limit)
+
+                    if global_batch is not None:
+                        batch = global_batch if global_batch % step == 0 and fits(global_batch) else 0
+                    else:
+                        batch = _largest(fits, step)
+                    if not batch:
+                        continue
+                    feasible.append((m, _priced(Candidate(spec, batch, offloads, state, 0, 0, 0.0, 0.0, 0.0),
+                                                budget_at(batch), cfg, target, m, seq)))
+    if not feasible:
+        raise ValueError(f"no configuration of {cfg.name} fits {target.name} at S={seq} by the budget (usable HBM "
+                         f"{usable / GiB:.1f} GiB at XLA_PYTHON_CLIENT_MEM_FRACTION={target.mem_fraction:g}, host "
+                         f"{host_limit / GiB:.0f} GiB per GPU): try more GPUs, a shorter sequence, a tensor or "
+                         "expert axis (--mesh) or a larger --mem-fraction")
+    feasible.sort(key=lambda mc: -mc[1].estimated_tokens_per_second)
+    return Search(cfg, target, seq, tuple(feasible), orders, searched, time.perf_counter() - t0, usable, host_limit,
+                  flag_sets)
+
+
+def plan(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None = None, *,
+         global_batch: int | None = None, host_pool_gib: int | None = None, max_compiles: int = 4,
+         flags=None, states=STATE_CHOICES, progress=None, margin: fit.Margin = PLAN_MARGIN,
+         processes_per_node: int = 1, for_jaxlib: str | None = None) -> Plan:
+    """Search per-tensor remat/device/offload, batch, pipelined offload and the state levers for the
+    most simulated throughput that fits (``search``); compile and simulate the best few, and keep the
+    fastest whose compiled peak fits.
+
+    ``mesh``: one mesh, or None to try ``mesh_candidates``. ``global_batch``: fixed (the planner then
+    chooses gradient accumulation 1, 2, 4 or 8), or None (the largest each candidate fits, no
+    accumulation). ``host_pool_gib``: the pinned pool you will give XLA, or None to let the plan size it
+    up to ``HOST_RAM_SHARE`` of the host RAM behind each GPU (shared where it is shared). ``margin``: the
+    device headroom a finalist's compiled peak must leave. ``processes_per_node`` (the launcher layout)
+    and ``for_jaxlib`` shape the export (``Plan.pinned_pool``, ``flags.export``).
+    """
+    import time
+
+    if not isinstance(processes_per_node, int) or not 1 <= processes_per_node <= target.topology.gpus_per_host:
+        raise ValueError(f"processes_per_node {processes_per_node!r}: choose 1 (one per node, MaxText's "
+                         f"gpu_multi_process_run.sh) to {target.topology.gpus_per_host} (one per GPU)")
+    if for_jaxlib is not None:
+        xla_flags.export(xla_flags.resolve(flags), for_jaxlib=for_jaxlib)  # a bad version fails before the search
+    t0 = time.perf_counter()
+    found = search(model, target, seq, mesh, global_batch=global_batch, host_pool_gib=host_pool_gib, flags=flags,
+                   states=states)
+    cfg, feasible, orders, flag_sets = found.config, list(found.ranked), found.orders, found.flag_sets
+    usable, host_limit, n = found.usable_hbm_bytes, found.host_limit_bytes, target.num_devices
+    checked: list[tuple[dict, Checked]] = []
+
+    def check(m, c):
+        if progress:
+            progress(f"compiling {c.label()} on mesh {_mesh_text(m)}")
+        checked.append((m, _check(cfg, target, seq, m, c, flag_sets[c.pipelined], margin, host_limit)))
+        return checked[-1][1]
+
+    # the best of each (mesh, offload or not, state levers), in the budget's order, until enough compile
+    # and fit; a finalist whose compiled peak does not fit (one step lower included) gives way to the next
+    # and fit; a finalist whose compiled peak does not fit (one step lower included) gives way to the next;
+    # once one fits, the budget's miss on a mesh (compiled / predicted) skips the others it would not fit
+    keys, fits, miss = set(), 0, {}
+    for m, c in feasible:
+        key = (tuple(m.items()), c.offloads, c.state)
+        if key in keys or (fits and c.device_bytes * miss.get(key[0], 1.0) > usable):
+            continue
+        keys.add(key)
+        done = check(m, c)
+        fits += done.fits
+        miss[key[0]] = max(miss.get(key[0], 1.0), done.device_bytes / done.candidate.device_bytes)
+        if fits >= max(1, max_compiles - 1) or len(checked) >= 2 * max_compiles:
+            break
+    twin = next(((m, k.candidate) for m, k in checked if k.fits and k.candidate.offloads), None)
+    if twin is not None and max_compiles > 1:  # the same plan without pipelined offload, for comparison
+        m, c = twin
+        b = budget_lib.estimate(cfg, c.batch, seq, c.policy, m, target=target, state=c.state, flags=flag_sets[False])
+        check(m, _priced(dataclasses.replace(c, pipelined=False), b, cfg, target, m, seq))
+    fitting = [(m, k) for m, k in checked if k.fits]
+    if not fitting:
+        raise ValueError(f"none of the {len(checked)} finalists of {cfg.name} on {target.name} fits once compiled "
+                         f"with a {margin.of(usable) / GiB:.2f} GiB margin (the closest: "
+                         f"{min(k.device_bytes for _, k in checked) / GiB:.1f} GiB of {usable / GiB:.1f} usable): try a "
+                         "larger --max-compiles, more GPUs or a smaller --margin-gib")
+    (mesh_, best), tie_break = _choose(fitting)
+    light = {id(k): dataclasses.replace(k, report=None) for _, k in checked}  # the compiles are not kept: GiBs at 671B
+    best = light[id(best)]
+    tensors = _explain(cfg, best.candidate, mesh_, seq, *orders[tuple(mesh_.items())], target)
+    return Plan(cfg.name, target.name, n, target.topology.gpus_per_host, seq, mesh_, target.mem_fraction, usable,
+                host_limit, best, tuple(light[id(k)] for _, k in checked), tuple(tensors), found.searched, len(feasible),
+                found.seconds, time.perf_counter() - t0, flag_sets[best.candidate.pipelined], cfg,
+                margin.of(usable), tie_break, processes_per_node, for_jaxlib)
+
+
+def _simplicity(c: Candidate) -> tuple[int, int]:
+    """Fewer moving parts first: no pipelining, then fewer tensors offloaded."""
+    return (int(c.pipelined), sum(where == "offload" for _, where in c.spec))
+
+
+def _choose(fitting: list[tuple[dict, "Checked"]]) -> tuple[tuple[dict, "Checked"], str]:
+    """The finalist with the most simulated tokens/s; those tied with it under the paired band (swept only
+    within ``CONTENDERS`` of it) go to the larger device margin, then the simpler plan. Returns the choice
+    and why, in words."""
+    top = max(fitting, key=lambda mk: mk[1].tokens_per_second)
+    contenders = [mk for mk in fitting if mk is not top and mk[1].tokens_per_second >= CONTENDERS * top[1].tokens_per_second]
+    if not contenders:
+        return top, "the most simulated tokens/s"
+    swept = {id(mk): bands.sweep(mk[1].report) for mk in [top, *contenders]}
+    tied = [mk for mk in contenders if bands.rank(swept[id(mk)], swept[id(top)]).tie]
+    if not tied:
+        return top, "the most simulated tokens/s, ahead of every other finalist over the constants' spread"
+    best = min([top, *tied], key=lambda mk: (-mk[1].margin_bytes, _simplicity(mk[1].candidate)))
+    return best, (f"tied on tokens/s with {len(tied)} other finalist(s) within the paired band; chosen for the larger "
+                  "device margin, then the simpler plan")
+
+
+def _priced(c: Candidate, b: budget_lib.Budget, cfg, target: Target, mesh, seq: int) -> Candidate:
+    """``c`` with the budget's memory, FLOPs, tokens per GPU and analytic step time at its batch, state and
+    flags: everything that follows from the batch, so a finalist stepped down to a smaller batch is re-priced
+    whole (it had kept the larger batch's tokens and ranked 1.5x high)."""
+    return dataclasses.replace(c, device_bytes=b.device_bytes, host_bytes=b.host_bytes, step_flops=b.step_flops,
+                               recompute_flops=b.recompute_flops, tokens=c.batch * seq / target.num_devices,
+                               estimated_seconds=estimate_seconds(b, cfg, target, mesh, seq))
+
+
+def _check(cfg, target, seq, mesh, c: Candidate, flag_set, margin: fit.Margin, host_limit: int) -> Checked:
+    """Compile a finalist (one batch step lower, twice at most, when its compiled peak does not fit with
+    the margin) and simulate its schedule."""
+    placement = compiler.place(target, sharding.active_axes(mesh))
+    trainer = train.trainer(cfg, c.policy, state=c.state)
+    step = sharding.batch_ways(mesh) * c.state.gradient_accumulation_steps
+    for attempt in range(3):
+        report = train.compile_step(trainer, placement, c.batch, seq, flags=flag_set)
+        verdict = fit.check(report.device.peak_bytes, report.host.total_bytes, target, margin, host_limit)
+        fits = verdict.fits
+        if fits or attempt == 2 or c.batch - step < step:
+            break
+        smaller = c.batch - step
+        b = budget_lib.estimate(cfg, smaller, seq, c.policy, mesh, target=target, state=c.state, flags=flag_set)
+        c = _priced(dataclasses.replace(c, batch=smaller), b, cfg, target, mesh, seq)
+    sim = schedule.simulate(report, target)
+    checks = report.offload.checks
+    return Checked(c, report.device.peak_bytes, report.host.total_bytes, fits, sim.step_seconds, sim.tflops_per_gpu,
+                   sim.exposed_transfer_seconds, sim.exposed_collective_seconds, report.compile_seconds,
+                   len(checks.wrong) if checks is not None else 0, verdict.usable_hbm_bytes - verdict.device_bytes,
+                   report)
+
+
+def _explain(cfg, c: Candidate, mesh, seq: int, order, info, never, target: Target) -> list[TensorChoice]:
+    """Why each tensor sits where the plan puts it: recompute spared per byte against HBM and link time
+    (per layer, one microbatch of the plan)."""
+    where, link = c.policy, target.link
+    n_acc = c.state.gradient_accumulation_steps
+    per_shard = c.batch // (sharding.batch_ways(mesh) * n_acc)  # info is at one sequence per batch shard
+    forward_s = c.step_flops / 3 / target.gpu.bf16_dense_flops / (n_acc * cfg.num_layers)
+    engine = "kernel" if workaround.in_effect() else "copy_engine"  # the #46231 workaround's transfers are kernels
+
+    def moved(nbytes: float) -> tuple[float, str]:
+        """One layer's write (seconds) and its time out and back, in words, at the transfers' engine's rate."""
+        out_s, back_s = (link.transfer_seconds(nbytes, d, engine=engine) for d in ("d2h", "h2d"))
+        by = " as the #46231 workaround's kernels" if engine == "kernel" else ""
+        return out_s, f"{out_s * 1e3:.2f} ms out and {back_s * 1e3:.2f} ms back{by}"
+
+    out = []
+    for rank, name in enumerate(order):
+        sizes, spared = info[name]
+        nbytes, spared = sizes.bytes_per_layer * per_shard, spared * per_shard
+        link_s, link_words = moved(nbytes)
+        location, ratio = where.get(name, "remat"), spared / nbytes
+        if location == "device":
+            reason = f"#{rank + 1} in recompute spared per byte ({ratio:,.0f} FLOP/B): kept in HBM"
+        elif location == "offload":
+            reason = (f"#{rank + 1} ({ratio:,.0f} FLOP/B), past what HBM holds: to the host, one layer's copy "
+                      f"{link_words}, against {forward_s * 1e3:.2f} ms of a layer's forward compute")
+        else:
+            reason = (f"#{rank + 1} ({ratio:,.0f} FLOP/B): recomputed, {spared / 1e9:,.0f} GFLOP per layer; "
+                      "keeping or moving it cost more than it spared")
+        out.append(TensorChoice(name, nbytes, sizes.layers, spared, link_s, forward_s, location, reason))
+    carry = per_shard * seq * cfg.d_model * cfg.act_bytes  # [b, S, D] in the compute dtype, each layer's input
+    link_s, link_words = moved(carry)
+    if where.get(CARRY) == "offload":
+        reason = (f"the scan carry (never recomputed: every layer's backward starts from it): offloaded, "
+                  f"{carry / GiB:.2f} GiB per layer off HBM for {link_words}")
+    else:
+        reason = "the scan carry (never recomputed: every layer's backward starts from it): kept in HBM"
+    out.append(TensorChoice(CARRY, carry, cfg.num_layers, 0.0, link_s, forward_s, where.get(CARRY, "device"), reason))
+    return out + [dataclasses.replace(t, bytes_per_layer=t.bytes_per_layer * per_shard) for t in never]

@@ -1,0 +1,3 @@
+"""What a step costs in seconds and how sure the lab is: rooflines, the schedule replayed, bands,
+calibration against published runs.
+"""

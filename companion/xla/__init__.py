@@ -1,0 +1,2 @@
+"""Reading what XLA wrote: scheduled HLO, buffer assignment, transfer descriptors.
+"""
