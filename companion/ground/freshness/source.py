@@ -33,10 +33,17 @@ def _package_of(path: Path, root: Path) -> str | None:
     return ".".join(parts[:-1]) if parts[0] == "companion" else None
 
 
-@functools.lru_cache(maxsize=1024)
 def _tree(text: str, name: str) -> ast.Module:
-    """A file's syntax tree, parsed once per content (its callers only read it)."""
-    return ast.parse(text, name)
+    """A file's syntax tree, parsed once per content wherever the file sits (its callers only read it)."""
+    try:
+        return _parsed(text)
+    except SyntaxError:
+        return ast.parse(text, name)  # raises again, naming the file
+
+
+@functools.lru_cache(maxsize=2048)
+def _parsed(text: str) -> ast.Module:
+    return ast.parse(text)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -229,14 +236,14 @@ def statements(path: Path, root: Path = ROOT, ambiguous: frozenset[str] | None =
     if ambiguous is None:
         ambiguous = frozenset(ambiguous_imports(root))
     face = _relative(path, root) == "companion/__init__.py"
-    return list(_statements(path.read_text(), str(path), _homes(path, root), _package_of(path, root) is not None,
+    return list(_statements(path.read_text(), _homes(path, root), _package_of(path, root) is not None,
                             ambiguous, _split_package(path, root) is not None, face))
 
 
 @functools.lru_cache(maxsize=1024)
-def _statements(text: str, name: str, homes: tuple[str, ...], in_package: bool, ambiguous: frozenset[str],
+def _statements(text: str, homes: tuple[str, ...], in_package: bool, ambiguous: frozenset[str],
                 part: bool = False, face: bool = False) -> tuple[str, ...]:
-    tree = ast.parse(text, name)  # a tree of its own: the normalization rewrites it
+    tree = ast.parse(text)  # a tree of its own: the normalization rewrites it (a bad file failed in _tree)
     if _is_shim(_without_docstring(tree.body)):
         return ()
     normalize = _Normalize(in_package, ambiguous)
