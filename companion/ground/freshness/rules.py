@@ -54,4 +54,6 @@ EXTRA_COORDINATES: dict[str, dict[str, tuple[str, ...]]] = {
     # the chip grid's model is Llama 3 8B's layer at 1B-class width (``measured.grid_model``), on one v5e
     "benchmarks/bench_measured.py": {"model": ("llama3-8b",), "accelerator": ("tpu-v5e",)},
     "benchmarks/bench_tpu_simulation.py": {"model": ("llama3-8b",), "accelerator": ("tpu-v5e",)},
+    # the decision experiment's shapes: Llama 3's layer at other widths and depths (``decisions.Shape.model``)
+    "benchmarks/bench_decision_shapes.py": {"model": ("llama3-8b",), "accelerator": ("tpu-v5e",)},
 }

@@ -31,7 +31,8 @@ def versions(named: Mapping[str, list[str]], tpus: Mapping) -> dict[str, str | N
 # its stack is the chip lock, not the main one (the chip's own index serves nothing newer). Their writers refuse
 # any other jaxlib/libtpu (``refuse_off_lock``), and a reader on any lock holds them to the chip lock's versions.
 CHIP_LOCK = "requirements/chip-lock.txt"
-CHIP_PRODUCERS = ("benchmarks/bench_measured.py", "benchmarks/bench_tpu_simulation.py")
+CHIP_PRODUCERS = ("benchmarks/bench_measured.py", "benchmarks/bench_tpu_simulation.py",
+                  "benchmarks/bench_decision_shapes.py")
 
 
 def locked_versions(lock: str = CHIP_LOCK, root: Path = ROOT) -> dict[str, str]:
