@@ -217,3 +217,25 @@ def test_compile_only_here_reproduces_the_chips_memory_analysis():
 def test_the_runtime_footprint_is_buffers_in_use_plus_the_programs_reservation():
     assert measure.runtime_footprint({"bytes_in_use": 4 * 2**30, "bytes_reserved": 3 * 2**30}) == 7 * 2**30
     assert measure.runtime_footprint({"bytes_in_use": 1}) is None and measure.runtime_footprint({}) is None
+
+
+def test_measure_takes_a_model_of_any_width_maxtexts_way_and_refuses_a_mix(tmp_path):
+    """``measure --maxtext-config FILE KEY=VALUE ...``: the run's model (``override_model_config`` and ``base_*``
+    keys), batch, sequence, policy and state, read before any chip is asked for."""
+    from companion.surfaces.cli import build_parser
+    from companion.surfaces.cli.measure import _measured_step
+
+    config = Path(__file__).parent / "data" / "maxtext" / "configs" / "gpu" / "models" / "llama3_8b.yml"
+    args = build_parser().parse_args([
+        "measure", "--maxtext-config", str(config), "override_model_config=true", "base_emb_dim=2048",
+        "base_num_decoder_layers=4", "base_mlp_dim=8192", "per_device_batch_size=2", "max_target_length=4096",
+        "remat_policy=minimal", "optimizer_memory_host_offload=true"])
+    cfg, state = _measured_step(args)
+    assert (cfg.d_model, cfg.num_layers, cfg.mlp_dim) == (2048, 4, 8192)
+    assert (args.batch, args.seq, args.policy, state.optimizer_memory_host_offload) == (2, 4096, "minimal", True)
+    mixed = build_parser().parse_args(["measure", "--maxtext-config", str(config), "--seq", "2048"])
+    with pytest.raises(ValueError, match="--seq and --maxtext-config both set the run"):
+        _measured_step(mixed)
+    loose = build_parser().parse_args(["measure", "--model", "tiny-llama", "base_emb_dim=2048"])
+    with pytest.raises(ValueError, match="need --maxtext-config"):
+        _measured_step(loose)

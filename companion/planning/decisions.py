@@ -17,12 +17,19 @@ and its depth uniformly from the depths whose full-remat step at batch 1 the bud
 
 * ``near`` — full remat fits, at ``NEAR`` or more of usable HBM (within 5 % of the limit: the batch is 1 and
   the policy is the whole decision);
-* ``offload_only`` — full remat does not fit, but it does with the layer inputs offloaded (what trained at
-  S 32K on the chip when full remat compiled to 115 % of usable HBM);
+* ``offload_only`` — full remat does not fit, but it does with the host's levers pulled: the layer inputs
+  offloaded (what trained at S 32K on the chip when full remat compiled to 115 % of usable HBM) and the
+  optimizer's moments on the host (the shape's start may have them on the device: then moving them is part of
+  the decision);
 * ``open`` — full remat fits with room: the batch is part of the decision;
 * rejected — nothing fits at batch 1.
 
 A drawn shape is kept while its category's quota (``QUOTAS``) has room, until every quota is full.
+
+The rule's first version (commit 25e8044) tried the layer inputs alone: sorting its first seven draws, compile-only,
+showed them never rescue a refused draw (their excess was parameters, gradients and moments, not saved
+activations), so the offload quota could not fill. This version adds the optimizer lever; it was changed before
+any pick was made or any step measured.
 
 Assumptions, said: one v5e chip (its runtime's fixed usable HBM); the planner's search is the one under test,
 so the rule uses only the budget (to place depths) and the compiler (to sort), never the planner.
@@ -138,12 +145,18 @@ def draws(seed: int = SEED, target: targets.Target | None = None) -> Iterator[tu
 
 
 def classify(shape: Shape, compile_at_batch_1: Compile, usable_hbm_bytes: int) -> tuple[str | None, int, int | None]:
-    """The shape's category, full remat's peak and (where full remat does not fit) the input-offload peak."""
+    """The shape's category, full remat's peak and (where full remat does not fit) the peak with the host's levers
+    pulled (``offloaded``)."""
     full_fits, full_peak = compile_at_batch_1(shape, "full")
     if full_fits:
         return ("near" if full_peak >= NEAR * usable_hbm_bytes else "open"), full_peak, None
-    offload_fits, offload_peak = compile_at_batch_1(shape, INPUT_OFFLOAD)
+    offload_fits, offload_peak = compile_at_batch_1(offloaded(shape), INPUT_OFFLOAD)
     return ("offload_only" if offload_fits else None), full_peak, offload_peak
+
+
+def offloaded(shape: Shape) -> Shape:
+    """The shape with the optimizer's moments on the host (the lever the sort pulls with the layer inputs)."""
+    return dataclasses.replace(shape, optimizer_offload=True)
 
 
 def draw(compile_at_batch_1: Compile, seed: int = SEED, quotas: dict[str, int] | None = None,

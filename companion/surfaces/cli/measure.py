@@ -19,21 +19,49 @@ def _local_target() -> targets.Target:
     raise ValueError(f"this machine's {kind!r} is not in the lab's catalog ({', '.join(targets.ACCELERATORS)})")
 
 
+def _measured_step(args):
+    """The model config and state ``measure`` runs: ``--model`` and its flags (defaults: tiny-llama, B 8, S 128,
+    full remat), or a MaxText config and its ``KEY=VALUE`` overrides (one process's run: its
+    per_device_batch_size on this one chip); sets ``args.batch``, ``seq`` and ``policy``."""
+    from ... import models
+    from ...ground.state import StateConfig
+
+    if args.steps < 1 or args.processes < 1:
+        raise ValueError("--steps and --processes must be positive")
+    if args.maxtext_config is None:
+        if args.overrides:
+            raise ValueError(f"override {args.overrides[0]!r}: key=value overrides need --maxtext-config FILE")
+        args.model, args.batch = args.model or "tiny-llama", 8 if args.batch is None else args.batch
+        args.seq, args.policy = 128 if args.seq is None else args.seq, args.policy or "full"
+        if args.batch < 1 or args.seq < 1:
+            raise ValueError("--batch and --seq must be positive")
+        return models.config(args.model), StateConfig(optimizer_memory_host_offload=args.offload_optimizer)
+    from ...planning import maxtext
+
+    both = [flag for flag, value in (("--model", args.model), ("--batch", args.batch), ("--seq", args.seq),
+                                     ("--policy", args.policy), ("--offload-optimizer", args.offload_optimizer or None))
+            if value is not None]
+    if both:
+        raise ValueError(f"{', '.join(both)} and --maxtext-config both set the run: give one of them")
+    run = maxtext.read(args.maxtext_config, args.overrides)
+    args.batch, args.seq, args.policy = run.global_batch(1), run.seq, run.policy
+    if args.batch < 1:
+        raise ValueError(f"per_device_batch_size {run.per_device_batch_size} gives no whole sequence on one chip")
+    args.model = run.model
+    return run.config(), run.state
+
+
 def _measure(args) -> int:
     """``measure``: the train step run on this machine's accelerator (see ``companion.measure``)."""
     from ...compiling import compiler
     from ...measuring import measure
-    from ... import models
     from ...compiling import train
 
+    cfg, state = _measured_step(args)  # bad input first: a chip is not needed to say so
     measure.require_accelerator()
-    if args.steps < 1 or args.processes < 1 or args.batch < 1 or args.seq < 1:
-        raise ValueError("--steps, --processes, --batch and --seq must be positive")
     if args.processes > 1:
         return _measure_processes(args)
     target = _local_target()
-    cfg = models.config(args.model)
-    state = train.StateConfig(optimizer_memory_host_offload=args.offload_optimizer)
     trainer = train.trainer(cfg, args.policy, state=state)
     record = measure.train_step(trainer, compiler.place(target), args.batch, args.seq, flags=args.xla_flags,
                                 steps=args.steps, warmup=args.warmup, footprint=args.footprint, trace_dir=args.trace)
@@ -70,10 +98,11 @@ def _measure_processes(args) -> int:
 
     from ...measuring import measure
 
-    argv = [sys.executable, "-m", "companion", "measure", "--model", args.model, "--batch", str(args.batch),
-            "--seq", str(args.seq), "--policy", args.policy, "--steps", str(args.steps), "--warmup",
-            str(args.warmup), "--json"] + (["--offload-optimizer"] if args.offload_optimizer else []) + (
-            [f"--xla-flags={args.xla_flags}"] if args.xla_flags else [])
+    run = (["--maxtext-config", args.maxtext_config, *args.overrides] if args.maxtext_config else
+           ["--model", args.model, "--batch", str(args.batch), "--seq", str(args.seq), "--policy", args.policy]
+           + (["--offload-optimizer"] if args.offload_optimizer else []))
+    argv = [sys.executable, "-m", "companion", "measure", *run, "--steps", str(args.steps), "--warmup",
+            str(args.warmup), "--json"] + ([f"--xla-flags={args.xla_flags}"] if args.xla_flags else [])
     medians = []
     for _ in range(args.processes):
         done = subprocess.run(argv, capture_output=True, text=True)

@@ -99,11 +99,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_plan)
     p = sub.add_parser("measure", help="run the train step on this machine's TPU or GPU: time, spread across "
                                        "processes, real footprint, profiler trace (one line without one)")
-    p.add_argument("--model", default="tiny-llama", help="a model config small enough for the local chip")
-    p.add_argument("--batch", type=int, default=8, help="global batch B")
-    p.add_argument("--seq", type=int, default=128, help="sequence length S")
-    p.add_argument("--policy", default="full", help="remat policy")
+    p.add_argument("--model", default=None, help="a model config small enough for the local chip (default "
+                                                 "tiny-llama)")
+    p.add_argument("--maxtext-config", metavar="FILE",
+                   help="a MaxText config instead of --model, --batch, --seq, --policy and --offload-optimizer; any "
+                        "width MaxText's way: override_model_config=true and base_* keys, in the file or as KEY=VALUE")
+    p.add_argument("--batch", type=int, default=None, help="global batch B (default 8)")
+    p.add_argument("--seq", type=int, default=None, help="sequence length S (default 128)")
+    p.add_argument("--policy", default=None, help="remat policy (default full)")
     p.add_argument("--offload-optimizer", action="store_true", help="optimizer_memory_host_offload")
+    _add_overrides_argument(p)
     p.add_argument("--xla-flags", default=None, help="flags for the local compiler (on a TPU: a libtpu preset, "
                                                      "libtpu_defaults or maxtext_host_offload, and/or --name=value)")
     p.add_argument("--steps", type=int, default=5, help="timed calls after the warm-up")
