@@ -48,3 +48,11 @@ def test_the_chip_lock_pins_what_the_chip_runs():
     machine = json.loads((freshness.ROOT / "benchmarks" / "results" / "measured.json").read_text())["sessions"]
     ran = {(s["jax"], s["jaxlib"], s["libtpu"]) for s in machine}
     assert ran == {(LOCKED["jax"], LOCKED["jaxlib"], LOCKED["libtpu"])}
+
+
+def test_the_code_key_is_python_3_12_s_on_the_chip_lock_s_3_11():
+    """The chip lock's Python writes the same code key as the main lock's (3.12 added ``type_params`` to every
+    definition's syntax tree: ``freshness`` keys it as 3.12 writes it): a chip result is checkable on either lock."""
+    for name in ("central", "plan", "decision_shapes"):
+        stamp = json.loads((freshness.ROOT / "benchmarks" / "results" / f"{name}.json").read_text())["stamp"]
+        assert freshness.fingerprint(stamp["producer"]) == stamp["code"], name

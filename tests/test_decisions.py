@@ -17,9 +17,8 @@ def test_the_rule_is_seeded_and_spans_widths_sequences_depths_and_optimizer_offl
     assert {s.seq for s in shapes} == set(decisions.SEQS)
     assert {s.optimizer_offload for s in shapes} == {False, True}
     assert len({s.layers for s in shapes}) > 4
-    for shape, depths in first:  # each depth from the budget's window around the chip's usable HBM
-        assert shape.layers in depths and depths == decisions.window_depths(
-            shape.d_model, shape.seq, shape.optimizer_offload, V5E)
+    for shape, depths in first:  # each depth one of its window's: consecutive depths around the chip's usable HBM
+        assert shape.layers in depths and list(depths) == list(range(depths[0], depths[-1] + 1))
 
 
 def test_a_shape_is_llama_3_s_layer_at_its_width_with_the_pallas_kernel():
@@ -53,3 +52,29 @@ def test_the_compiler_sorts_each_draw_and_the_quotas_end_the_draws():
     kept = decisions.kept(drawn, quotas)
     assert [s.category for s in kept].count("near") == 2 and len(kept) == 7
     assert drawn[-1] in kept and all(s.draw == i for i, s in enumerate(drawn))  # stopped when the last quota filled
+
+
+def test_the_stored_shapes_are_the_rules_first_draws_each_sorted_and_spanning():
+    from pathlib import Path
+
+    from companion.ground import results
+
+    data, found = results.load(Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "decision_shapes.json")
+    assert found.fresh, found.line()  # the chip lock's compiler sorted them
+    drawn = [decisions.Sorted(d["draw"], decisions.Shape(d["d_model"], d["layers"], d["seq"], d["optimizer_offload"]),
+                              d["category"], d["full_peak_bytes"], d["offload_peak_bytes"], d["usable_hbm_bytes"],
+                              tuple(d["depths"])) for d in data["draws"]]
+    assert data["seed"] == decisions.SEED and [s.draw for s in drawn] == list(range(len(drawn)))
+    kept = decisions.kept(drawn)
+    assert [s.shape.key for s in kept] == data["shapes"]  # every committed shape is in the stored result
+    assert {c: [s.category for s in kept].count(c) for c in decisions.QUOTAS} == decisions.QUOTAS
+    for s in drawn:  # each category as its peaks say (the sort is the compiler's, the rule's thresholds)
+        usable = s.usable_hbm_bytes
+        if s.category in ("near", "open"):
+            assert s.full_peak_bytes <= usable and (s.full_peak_bytes >= decisions.NEAR * usable) == (s.category == "near")
+        elif s.category == "offload_only":
+            assert s.full_peak_bytes > usable >= s.offload_peak_bytes
+    shapes = [s.shape for s in kept]
+    assert {min(s.d_model for s in shapes), max(s.d_model for s in shapes)} == {1536, 4096}
+    assert {min(s.seq for s in shapes), max(s.seq for s in shapes)} == {2048, 32768}
+    assert {s.optimizer_offload for s in shapes} == {False, True} and len({s.layers for s in shapes}) >= 6

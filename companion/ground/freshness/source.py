@@ -258,7 +258,7 @@ def _statements(text: str, homes: tuple[str, ...], in_package: bool, ambiguous: 
             out.append(f"table {target.id}")
             continue
         visited = normalize.visit(node)
-        out += [ast.dump(n, annotate_fields=False, include_attributes=False)
+        out += [_dump(n)
                 for n in (visited if isinstance(visited, list) else [visited])]
     return tuple(out)
 
@@ -283,6 +283,29 @@ def _strings(text: str, name: str) -> frozenset[str]:
     """Every string constant in a file."""
     return frozenset(n.value for n in ast.walk(_tree(text, name)) if isinstance(n, ast.Constant)
                      and isinstance(n.value, str))
+
+
+# Python 3.12 gave definitions a ``type_params`` field (PEP 695): ast.dump writes it, 3.11's has none. The chip lock
+# runs 3.11, the main lock 3.12: a statement is keyed as 3.12 writes it on either (an empty field where 3.11 has none).
+_PEP_695 = {ast.FunctionDef: "type_params", ast.AsyncFunctionDef: "type_params", ast.ClassDef: "type_params"}
+
+
+def _dump(node: ast.AST) -> str:
+    """``ast.dump`` of a statement as Python 3.12 writes it, on 3.11 too."""
+    missing = {cls: field for cls, field in _PEP_695.items() if field not in cls._fields}
+    if not missing:
+        return ast.dump(node, annotate_fields=False, include_attributes=False)
+    for n in ast.walk(node):
+        if type(n) in missing:
+            setattr(n, missing[type(n)], [])
+    saved = {cls: cls._fields for cls in missing}
+    try:
+        for cls, field in missing.items():
+            cls._fields = (*cls._fields, field)
+        return ast.dump(node, annotate_fields=False, include_attributes=False)
+    finally:
+        for cls, fields in saved.items():
+            cls._fields = fields
 
 
 def keyed_statements(files: list[str], root: Path = ROOT) -> list[str]:
