@@ -16,8 +16,9 @@ stored stamp with this checkout's:
    parts), keyed as the one module it was — the parts' imports of each other dropped, an import two parts both
    need counted once; and the package's face (``companion/__init__.py``'s ``_FACE`` and the lazy
    ``__getattr__`` that serves it: ``from companion import budget`` for ``companion.memory.budget``), which the
-   closure resolves as Python does and which binds no number. Any other change — an expression, a constant, a default, a field, a decorator, a third-party
-   import — changes the key. The lowered and compiled programs are functions of (1), (2) and (4): the models,
+   closure resolves as Python does and which binds no number. Nor does the Python that reads it: a statement is
+   keyed as Python 3.12 writes its tree, on the chip lock's 3.11 too (``_dump``). Any other change — an
+   expression, a constant, a default, a field, a decorator, a third-party import — changes the key. The lowered and compiled programs are functions of (1), (2) and (4): the models,
    the trainer and the compiler sit in the closure, so the stamp keys them through what makes them; the CI
    re-derivation (``benchmarks/rederive.py``) compiles sampled rows again, checks every field they give, and
    names each program it compiled by ``program_hash`` (its text without where Python traced it). No row stores
