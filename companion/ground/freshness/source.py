@@ -76,7 +76,7 @@ def _face(root: Path) -> dict[str, str]:
 @functools.lru_cache(maxsize=16)
 def _face_of(text: str, name: str) -> tuple[tuple[str, str], ...]:
     for node in _tree(text, name).body:
-        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == [FACE_NAME]:
+        if _binds_face(node):
             return tuple(sorted(ast.literal_eval(node.value).items()))
     return ()
 
@@ -90,11 +90,10 @@ def _through_face(dotted: str, face: Mapping[str, str]) -> str:
     return dotted
 
 
-def _imported_files(path: Path, root: Path) -> set[Path]:
+def _imported_files(path: Path, root: Path, face: Mapping[str, str]) -> set[Path]:
     """The package's files (and sibling benchmark scripts) that ``path`` imports anywhere, with the
     ``__init__`` of every package on the way (importing ``companion.a.b`` runs ``companion/__init__.py``)."""
     files = set()
-    face = _face(root)
     for dotted in _imported_names(path.read_text(), str(path), _package_of(path, root)):
         if dotted.split(".")[0] == "companion":
             parts = _through_face(dotted, face).split(".")
@@ -113,9 +112,10 @@ def closure(producer: str | Path, root: Path = ROOT) -> list[str]:
     """The files whose code can run when ``producer`` (a benchmark script, relative to ``root``) runs: the script
     and every file it reaches through imports, less ``PROVENANCE``; sorted, relative to ``root``."""
     start = (root / producer).resolve()
+    face = _face(root)
     seen, todo = {start}, [start]
     while todo:
-        for f in _imported_files(todo.pop(), root):
+        for f in _imported_files(todo.pop(), root, face):
             if f.resolve() not in seen and not is_provenance(_relative(f, root)):  # provenance: not followed either
                 seen.add(f.resolve())
                 todo.append(f.resolve())
@@ -191,9 +191,14 @@ def __dir__():
 _FACE_DUMPS = frozenset(ast.dump(n, include_attributes=False) for n in ast.parse(FACE_CODE).body)
 
 
+def _binds_face(node: ast.stmt) -> bool:
+    """``_FACE = ...``: the statement that binds the face's map."""
+    return isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == [FACE_NAME]
+
+
 def _is_face(node: ast.stmt) -> bool:
     """``_FACE = {...}`` (string constants only) or the exact ``FACE_CODE`` lookup, in ``companion/__init__.py``."""
-    if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == [FACE_NAME]:
+    if _binds_face(node):
         value = node.value
         return isinstance(value, ast.Dict) and all(
             isinstance(x, ast.Constant) and isinstance(x.value, str) for x in [*value.keys, *value.values])
@@ -220,11 +225,12 @@ def _split_package(path: Path, root: Path) -> Path | None:
     return path.parent if inside and init.is_file() and _is_split(init.read_text(), str(init)) else None
 
 
-def _homes(path: Path, root: Path) -> tuple[str, ...]:
+def _homes(path: Path, split: Path | None) -> tuple[str, ...]:
     """The names a file's tables may be homed under (``Table.home``): its module's own name — a part of a split
-    package answers to the package's name too, an ``__init__`` to its folder's."""
+    package (``split``: ``_split_package``'s answer) answers to the package's name too, an ``__init__`` to its
+    folder's."""
     names = {path.parent.name if path.stem == "__init__" else path.stem}
-    if _split_package(path, root) is not None:
+    if split is not None:
         names.add(path.parent.name)
     return tuple(sorted(names))
 
@@ -236,8 +242,9 @@ def statements(path: Path, root: Path = ROOT, ambiguous: frozenset[str] | None =
     if ambiguous is None:
         ambiguous = frozenset(ambiguous_imports(root))
     face = _relative(path, root) == "companion/__init__.py"
-    return list(_statements(path.read_text(), _homes(path, root), _package_of(path, root) is not None,
-                            ambiguous, _split_package(path, root) is not None, face))
+    split = _split_package(path, root)
+    return list(_statements(path.read_text(), _homes(path, split), _package_of(path, root) is not None,
+                            ambiguous, split is not None, face))
 
 
 @functools.lru_cache(maxsize=1024)

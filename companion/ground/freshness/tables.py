@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from .rules import ANY, EXTRA_COORDINATES, ROOT, TABLES
-from .source import _bound_names, _homes, _relative, _tree
+from .source import _bound_names, _homes, _relative, _split_package, _tree
 
 
 # ----------------------------------------------------------------------------- the tables
@@ -43,7 +43,7 @@ def _defining_modules(root: Path) -> dict[str, str]:
     """Each table's name -> the dotted module, of the table's home name, whose top level assigns it (one)."""
     found: dict[str, list[Path]] = {t.name: [] for t in TABLES}
     for f in sorted((root / "companion").rglob("*.py")):
-        homed = {t.name for t in TABLES if t.home in _homes(f, root)}
+        homed = {t.name for t in TABLES if t.home in _homes(f, _split_package(f, root))}
         if homed:
             for node in _tree(f.read_text(), str(f)).body:
                 for name in set(_bound_names(node)) & homed:
