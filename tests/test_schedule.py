@@ -217,7 +217,7 @@ ENTRY %main (a: bf16[1024,1024]) -> bf16[8192,1024] {
 """
     full = 8192 * 1024 * 2
     target = targets.target("h100", "8x8")
-    fab = collectives.fabric("h100")
+    fab = target.fabric
     model = collectives.CollectiveModel()
     inside = hlo.parse_module(text.replace("GROUPS", "mesh['axis_0'=8,'axis_1'=8] {'axis_1'}"))
     across = hlo.parse_module(text.replace("GROUPS", "mesh['axis_0'=8,'axis_1'=8] {'axis_0'}"))
@@ -232,10 +232,11 @@ ENTRY %main (a: bf16[1024,1024]) -> bf16[8192,1024] {
     assert sim.busy_seconds["network"] == pytest.approx(c_out.seconds)
 
 
-def test_every_gpu_has_a_fabric():
-    assert set(collectives.FABRICS) == set(targets.GPUS)
+def test_every_accelerator_has_a_fabric_and_its_target_reads_it():
+    assert set(targets.FABRICS) == set(targets.ACCELERATORS)
+    assert targets.target("tpu-v5e").fabric.nvlink_domain == 1 and targets.target("h100").fabric.nvlink_domain == 8
     with pytest.raises(ValueError, match="choose one of"):
-        collectives.fabric("a100")
+        targets.fabric("a100")
 
 
 # ----------------------------------------------------------------------------- compiled steps
@@ -443,7 +444,7 @@ ENTRY %main (a: bf16[1024,1024]) -> bf16[4096,1024] {
 
 def test_a_lone_member_in_an_nvl72_rack_pays_its_nic_and_the_slowest_group_sets_the_time():
     target = targets.target("gb200", "19x4")  # 76 GPUs: a full 72-GPU rack and 4 in the next
-    fab, model = collectives.fabric("gb200"), collectives.CollectiveModel()
+    fab, model = target.fabric, collectives.CollectiveModel()
     wire = 4096 * 1024 * 2 * 3 / 4
     inside = _group_cost("{{0,1,2,3},{4,5,6,7}}", target)
     lone = _group_cost("{{0,1,2,3},{69,70,71,72}}", target)  # 72 is alone in the second rack

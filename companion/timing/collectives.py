@@ -47,58 +47,12 @@ import math
 import re
 
 from ..xla import hlo
-from ..hardware.targets import GB, Target
+from ..hardware.targets import GB, Fabric, Target
 
 DEVICE_BYTES_FACTOR = {  # wire bytes per GPU / full buffer bytes, times (n - 1) / n except permute
     "all-gather": 1.0, "reduce-scatter": 1.0, "all-reduce": 2.0, "all-to-all": 1.0, "ragged-all-to-all": 1.0,
     "collective-broadcast": 1.0, "collective-permute": None,
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class Fabric:
-    """How a GPU model's systems connect their GPUs: the NVLink domain and the scale-out NICs."""
-
-    gpu: str
-    nvlink_domain: int  # GPUs one NVLink (NVSwitch) domain connects
-    nvlink_per_direction: float  # bytes/s per GPU, nominal
-    nic_per_gpu: float  # bytes/s per GPU per direction, line rate
-    sources: tuple[str, ...]
-    assumption: str = ""
-
-    def nvlink_bytes_per_s(self, efficiency: float) -> float:
-        return self.nvlink_per_direction * efficiency
-
-    def network_bytes_per_s(self, efficiency: float) -> float:
-        return self.nic_per_gpu * efficiency
-
-
-_CX7 = 400e9 / 8  # 400 Gb/s
-
-FABRICS = {
-    f.gpu: f
-    for f in (
-        Fabric("h100", 8, 450 * GB, _CX7, ("NVIDIA DGX H100 datasheet: 8x ConnectX-7 400 Gb/s, NVLink 4 900 GB/s "
-                                           "bidirectional per GPU through 4 NVSwitches",)),
-        Fabric("h200", 8, 450 * GB, _CX7, ("NVIDIA HGX H200 datasheet: NVLink 900 GB/s per GPU; HGX reference "
-                                           "designs: one 400 Gb/s NIC per GPU",)),
-        Fabric("b200", 8, 900 * GB, _CX7, ("NVIDIA DGX B200 datasheet: 8x ConnectX-7 400 Gb/s, NVLink 5 1.8 TB/s "
-                                           "bidirectional per GPU",)),
-        Fabric("gb200", 72, 900 * GB, _CX7, ("NVIDIA GB200 NVL72: one 72-GPU NVLink domain, 1.8 TB/s per GPU; "
-                                             "ConnectX-7 400 Gb/s per GPU for scale-out",)),
-        Fabric("gh200", 4, 450 * GB, 200e9 / 8,
-               ("CSCS Alps / HPE Cray EX254n: 4 GH200 per node connected by NVLink, one 200 Gb/s Slingshot-11 "
-                "NIC per GPU",),
-               assumption="GH200 systems differ (NVL32 racks, single-superchip nodes); the lab assumes the quad "
-                          "node: NVLink inside the node at the GPU's 18 links, 200 Gb/s per GPU across nodes"),
-    )
-}
-
-
-def fabric(gpu_key: str) -> Fabric:
-    if gpu_key not in FABRICS:
-        raise ValueError(f"no fabric for GPU {gpu_key!r}; choose one of: {', '.join(FABRICS)}")
-    return FABRICS[gpu_key]
 
 
 # ----------------------------------------------------------------------------- groups
@@ -284,7 +238,7 @@ def cost(module: hlo.HloModule, instr: hlo.Instruction, target: Target,
     if not kind:
         return None
     inner = hlo.wrapped_root(module, instr) if instr.opcode == "async-start" else instr
-    fab = fabric(target.gpu.key)
+    fab = target.fabric
     full = buffer_bytes(module, instr, kind)
     factor = DEVICE_BYTES_FACTOR.get(kind)
     slowest = None
@@ -329,7 +283,7 @@ def axis_bandwidth(mesh: dict[str, int], axes, target: Target, model: Collective
     """Bytes/s per GPU of a collective over ``axes`` of ``mesh`` (its axes in device order, row-major, as
     the lab's compiles lay devices out) on ``target``: its slowest group, priced as ``cost`` prices a
     compiled collective — for estimates made before any compile (the planner's search)."""
-    fab = fabric(target.gpu.key)
+    fab = target.fabric
     text = ("mesh[" + ",".join(f"'{a}'={n}" for a, n in mesh.items()) + "] {"
             + ",".join(f"'{a}'" for a in axes if a in mesh) + "}")
     return min(_group_bandwidth(domains, fewest, fab, model)[0]

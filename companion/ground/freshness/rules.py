@@ -37,7 +37,7 @@ TABLES: tuple[Table, ...] = (
     Table("GPUS", "targets", "accelerator", whole_in=("budget",)),
     Table("TPUS", "targets", "accelerator"),
     Table("HOST_LINKS", "targets", "host link"),
-    Table("FABRICS", "collectives", "accelerator"),
+    Table("FABRICS", "targets", "accelerator"),
     Table("MATMUL_EFFICIENCY", "schedule", "price family"),
     Table("HBM_EFFICIENCY", "schedule", "price family"),
     Table("KERNEL_GAP_SECONDS", "schedule", "price family"),

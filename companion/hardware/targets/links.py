@@ -206,6 +206,60 @@ HOST_LINKS: dict[str, HostLink] = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class Fabric:
+    """How an accelerator's systems connect their devices: the scale-up domain (NVLink, or a TPU's ICI) and the
+    scale-out network. ``gpu`` is the accelerator's key."""
+
+    gpu: str
+    nvlink_domain: int  # GPUs one NVLink (NVSwitch) domain connects
+    nvlink_per_direction: float  # bytes/s per GPU, nominal
+    nic_per_gpu: float  # bytes/s per GPU per direction, line rate
+    sources: tuple[str, ...]
+    assumption: str = ""
+
+    def nvlink_bytes_per_s(self, efficiency: float) -> float:
+        return self.nvlink_per_direction * efficiency
+
+    def network_bytes_per_s(self, efficiency: float) -> float:
+        return self.nic_per_gpu * efficiency
+
+
+_CX7 = 400e9 / 8  # 400 Gb/s
+
+FABRICS = {
+    f.gpu: f
+    for f in (
+        Fabric("h100", 8, 450 * GB, _CX7, ("NVIDIA DGX H100 datasheet: 8x ConnectX-7 400 Gb/s, NVLink 4 900 GB/s "
+                                           "bidirectional per GPU through 4 NVSwitches",)),
+        Fabric("h200", 8, 450 * GB, _CX7, ("NVIDIA HGX H200 datasheet: NVLink 900 GB/s per GPU; HGX reference "
+                                           "designs: one 400 Gb/s NIC per GPU",)),
+        Fabric("b200", 8, 900 * GB, _CX7, ("NVIDIA DGX B200 datasheet: 8x ConnectX-7 400 Gb/s, NVLink 5 1.8 TB/s "
+                                           "bidirectional per GPU",)),
+        Fabric("gb200", 72, 900 * GB, _CX7, ("NVIDIA GB200 NVL72: one 72-GPU NVLink domain, 1.8 TB/s per GPU; "
+                                             "ConnectX-7 400 Gb/s per GPU for scale-out",)),
+        Fabric("gh200", 4, 450 * GB, 200e9 / 8,
+               ("CSCS Alps / HPE Cray EX254n: 4 GH200 per node connected by NVLink, one 200 Gb/s Slingshot-11 "
+                "NIC per GPU",),
+               assumption="GH200 systems differ (NVL32 racks, single-superchip nodes); the lab assumes the quad "
+                          "node: NVLink inside the node at the GPU's 18 links, 200 Gb/s per GPU across nodes"),
+        Fabric("tpu-v5e", 1, 200 * GB, 0.0,
+               ("Google Cloud TPU v5e page (docs.cloud.google.com/tpu/docs/v5e): ICI 400 GB/s bidirectional per chip "
+                "over 4 ports",),
+               assumption="the lab's v5e target is one chip (the lent one): no collective crosses a link, so the domain "
+                          "is that chip and there is no scale-out network; ICI per direction is half the datasheet's "
+                          "bidirectional figure"),
+    )
+}
+
+
+def fabric(key: str) -> Fabric:
+    """The fabric of an accelerator (its key, ``h100`` or ``tpu-v5e``)."""
+    if key not in FABRICS:
+        raise ValueError(f"no fabric for accelerator {key!r}; choose one of: {', '.join(FABRICS)}")
+    return FABRICS[key]
+
+
 def host_link(key: str | HostLink) -> HostLink:
     if isinstance(key, HostLink):
         return key

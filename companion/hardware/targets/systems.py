@@ -6,7 +6,7 @@ import dataclasses
 import math
 import re
 
-from .links import GiB, HostLink, MiB, host_link
+from .links import Fabric, GiB, HostLink, MiB, fabric, host_link
 from .chips import Accelerator, Gpu, Tpu, accelerator
 
 
@@ -126,6 +126,11 @@ class Target:
     def gpu(self) -> Accelerator:
         """The accelerator (the name from when every target was a GPU; ``accelerator`` says the same)."""
         return self.accelerator
+
+    @property
+    def fabric(self) -> Fabric:
+        """How the accelerator's systems connect their devices (``FABRICS``): what a collective's price reads."""
+        return fabric(self.accelerator.key)
 
     @property
     def platform(self) -> str:

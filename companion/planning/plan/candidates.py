@@ -169,7 +169,7 @@ def estimate_seconds(b: budget_lib.Budget, cfg, target: Target, mesh: Mapping[st
         seconds += link.transfer_seconds(state_host, "h2d") + link.transfer_seconds(state_host, "d2h")
     param_shard = by_key.get("parameters", 0)
     seconds += 7 * param_shard / gpu.hbm_bandwidth
-    fabric = collectives.fabric(gpu.key)
+    fabric = target.fabric
     fsdp, tensor, expert = mesh.get("fsdp", 1), mesh.get("tensor", 1), mesh.get("expert", 1)
     active = sharding.active_axes(mesh)
     if fsdp > 1:

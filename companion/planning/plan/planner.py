@@ -34,7 +34,7 @@ def default_mesh(cfg, target: Target) -> tuple[dict[str, int], str]:
     n = target.num_devices
     if cfg.moe is None:
         return sharding.parse_mesh(None, n), "all-FSDP (the default for a dense model)"
-    domain = min(collectives.fabric(target.gpu.key).nvlink_domain, n)
+    domain = min(target.fabric.nvlink_domain, n)
     ep = next((e for e in (64, 32, 16, 8, 4, 2) if e <= domain and n % e == 0 and cfg.moe.num_experts % e == 0), 1)
     if ep == 1:
         return sharding.parse_mesh(None, n), "all-FSDP (no expert split fits an NVLink domain here)"

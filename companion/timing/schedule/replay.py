@@ -318,7 +318,7 @@ class Simulator:
         sm_slowdown = sms / (sms - model.collectives.nccl_sms) if 0 < model.collectives.nccl_sms < sms else 1.0
         shared = None
         if target.link.carries_nic_traffic:
-            nic = (model.collectives.nic_per_gpu or coll.fabric(target.gpu.key).nic_per_gpu)
+            nic = (model.collectives.nic_per_gpu or target.fabric.nic_per_gpu)
             shared = (min(target.link.achievable_d2h, target.link.achievable_h2d),
                       nic * model.collectives.network_efficiency)
         replay = _Replay(self.program, bandwidth, self.limit, max_events, sm_slowdown, shared,
