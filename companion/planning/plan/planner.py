@@ -90,7 +90,14 @@ _NO_GAIN = {"context": "saving it spares nothing: flash attention reruns its ker
             None: "saving it spares nothing: the backward pass reads no value computed from it"}
 
 
-def _flag_sets(flags):
+def _flag_sets(flags, target: Target | None = None):
+    """The flag sets a candidate compiles with, by whether it pipelines its host offload. A TPU's are libtpu's
+    (``libtpu.resolve``): XLA:TPU has no pipelined host offloading to turn on, so both are the same set."""
+    if target is not None and target.is_tpu:
+        from ...hardware import libtpu
+
+        base = libtpu.resolve(flags)
+        return {True: base, False: base}
     base = xla_flags.resolve(flags)
     on = xla_flags.resolve(f"{base.xla_flags()} --{PIPELINED_FLAG}=true".strip())
     off = xla_flags.resolve(f"{base.xla_flags()} --{PIPELINED_FLAG}=false".strip())
@@ -145,7 +152,7 @@ def search(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None
         meshes = [sharding.parse_mesh(dict(mesh) if isinstance(mesh, Mapping) else mesh, n)]
     host_limit = host_limit_bytes(target, host_pool_gib * GiB if host_pool_gib is not None else None)
     usable = target.usable_hbm_bytes
-    flag_sets = _flag_sets(flags)
+    flag_sets = _flag_sets(flags, target)
     accums = (1,) if global_batch is None else (1, 2, 4, 8)
     searched = 0
     feasible: list[tuple[dict, Candidate]] = []
@@ -308,14 +315,21 @@ def _check(cfg, target, seq, mesh, c: Candidate, flag_set, margin: fit.Margin, h
     trainer = train.trainer(cfg, c.policy, state=c.state)
     step = sharding.batch_ways(mesh) * c.state.gradient_accumulation_steps
     for attempt in range(3):
-        report = train.compile_step(trainer, placement, c.batch, seq, flags=flag_set)
-        verdict = fit.check(report.device.peak_bytes, report.host.total_bytes, target, margin, host_limit)
-        fits = verdict.fits
+        try:
+            report = train.compile_step(trainer, placement, c.batch, seq, flags=flag_set)
+        except compiler.DoesNotFit as refused:  # XLA:TPU refuses a program over HBM at compile time: a verdict
+            report, fits = refused, False
+        else:
+            verdict = fit.check(report.device.peak_bytes, report.host.total_bytes, target, margin, host_limit)
+            fits = verdict.fits
         if fits or attempt == 2 or c.batch - step < step:
             break
         smaller = c.batch - step
         b = budget_lib.estimate(cfg, smaller, seq, c.policy, mesh, target=target, state=c.state, flags=flag_set)
         c = _priced(dataclasses.replace(c, batch=smaller), b, cfg, target, mesh, seq)
+    if isinstance(report, compiler.DoesNotFit):  # refused at every batch tried: not simulated, never chosen
+        return Checked(c, report.needed_bytes, 0, False, float("inf"), 0.0, 0.0, 0.0, report.compile_seconds, 0,
+                       report.available_bytes - report.needed_bytes)
     sim = schedule.simulate(report, target)
     checks = report.offload.checks
     return Checked(c, report.device.peak_bytes, report.host.total_bytes, fits, sim.step_seconds, sim.tflops_per_gpu,

@@ -9,7 +9,7 @@ from pathlib import Path
 import sys
 
 from ...hardware import flags as xla_flags
-from ...hardware import targets
+from ...hardware import libtpu, targets
 
 from .common import _flag_spec, _target
 
@@ -30,8 +30,9 @@ def _plan(args) -> int:
         raise ValueError(f"--max-compiles must be positive, got {args.max_compiles}")
     if args.overrides and not args.maxtext_config:
         raise ValueError(f"override {args.overrides[0]!r}: key=value overrides need --maxtext-config FILE")
-    flag_set = xla_flags.resolve(_flag_spec(args.xla_flags))  # a bad flag fails before the search
     target = _target(args)
+    spec = _flag_spec(args.xla_flags)  # a bad flag fails before the search: libtpu's on a TPU, XLA:GPU's else
+    flag_set = libtpu.resolve(spec) if target.is_tpu else xla_flags.resolve(spec)
     mesh = args.mesh
     if args.maxtext_config:
         from ...planning import maxtext
