@@ -100,7 +100,14 @@ class _Step:
         """The latency-hiding scheduler's memory limit (usable HBM less the arguments, x 95 %)."""
         if not self.hbm_bytes:
             return None
-        return (allocator_limit_bytes(self.hbm_bytes, self.mem_fraction) - self.static_dev) * 95 // 100
+        return (self.usable_bytes - self.static_dev) * 95 // 100
+
+    @property
+    def usable_bytes(self) -> int:
+        """Usable HBM: the allocator's share on a GPU, the runtime's fixed limit on a TPU."""
+        if self.target is not None and self.target.is_tpu:
+            return self.target.usable_hbm_bytes
+        return allocator_limit_bytes(self.hbm_bytes, self.mem_fraction)
 
 
 @dataclasses.dataclass
@@ -363,4 +370,5 @@ def _budget(s: _Step, p: _Phases) -> Budget:
                   s.n_acc * s.recompute_flops, s.n_acc * (s.step_flops + 3 * flops_head), s.hbm_bytes,
                   tuple(t for name, ts in p.named.items() if name != peak for t in ts), s.mem_fraction,
                   {name: tuple(ts) for name, ts in p.named.items()}, peak in p.filled, _uncalibrated(s.cfg, s.mesh),
-                  fit_rule.host_limit_bytes(s.target) if s.target is not None else None)
+                  fit_rule.host_limit_bytes(s.target) if s.target is not None else None,
+                  s.target.usable_hbm_bytes if s.target is not None and s.target.is_tpu else None)

@@ -52,6 +52,7 @@ class Budget:
     at_scheduler_limit: bool = False
     uncalibrated: str = ""  # why the lab cannot stand behind this estimate ("": it can; UNCALIBRATED)
     host_limit_bytes: int | None = None  # pinned host bytes a GPU may hold (``fit.host_limit_bytes``; None: unchecked)
+    runtime_usable_bytes: int | None = None  # a TPU's: the runtime's fixed limit (no allocator share to take)
 
     def phase_terms(self, phase: str) -> tuple[Term, ...]:
         """The transient terms of a phase: "loss", "layer backward", "backward end", "optimizer update"
@@ -71,7 +72,10 @@ class Budget:
 
     @property
     def usable_hbm_bytes(self) -> int | None:
-        """What the step may allocate: JAX's allocator limit, ``mem_fraction`` x HBM."""
+        """What the step may allocate: JAX's allocator limit, ``mem_fraction`` x HBM, on a GPU; the runtime's fixed
+        limit on a TPU (``Target.usable_hbm_bytes``)."""
+        if self.runtime_usable_bytes is not None:
+            return self.runtime_usable_bytes
         return None if self.hbm_bytes is None else allocator_limit_bytes(self.hbm_bytes, self.mem_fraction)
 
     @property
