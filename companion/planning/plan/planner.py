@@ -308,9 +308,24 @@ def _priced(c: Candidate, b: budget_lib.Budget, cfg, target: Target, mesh, seq: 
                                estimated_seconds=estimate_seconds(b, cfg, target, mesh, seq))
 
 
+def _under_the_miss(cfg, target, seq, mesh, c: Candidate, flag_set, miss: float, margin: fit.Margin, step: int):
+    """The next batch to compile after ``c`` compiled ``miss`` times its budget and did not fit: the largest batch step
+    below it whose budget, scaled by that miss, leaves the margin (one step down at the least), and its budget."""
+    room = target.usable_hbm_bytes - margin.of(target.usable_hbm_bytes)
+
+    def budget_at(batch):
+        return budget_lib.estimate(cfg, batch, seq, c.policy, mesh, target=target, state=c.state, flags=flag_set)
+
+    low, high = 1, max(1, c.batch // step - 1)  # in steps
+    while low < high:  # the budget grows with the batch: bisect for the largest that fits under the miss
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if budget_at(mid * step).device_bytes * miss <= room else (low, mid - 1)
+    return low * step, budget_at(low * step)
+
+
 def _check(cfg, target, seq, mesh, c: Candidate, flag_set, margin: fit.Margin, host_limit: int) -> Checked:
-    """Compile a finalist (one batch step lower, twice at most, when its compiled peak does not fit with
-    the margin) and simulate its schedule."""
+    """Compile a finalist (lower, twice at most, when its compiled peak does not fit with the margin or XLA:TPU
+    refuses it: to the batch whose budget, scaled by the miss, fits) and simulate its schedule."""
     placement = compiler.place(target, sharding.active_axes(mesh))
     trainer = train.trainer(cfg, c.policy, state=c.state)
     step = sharding.batch_ways(mesh) * c.state.gradient_accumulation_steps
@@ -324,8 +339,8 @@ def _check(cfg, target, seq, mesh, c: Candidate, flag_set, margin: fit.Margin, h
             fits = verdict.fits
         if fits or attempt == 2 or c.batch - step < step:
             break
-        smaller = c.batch - step
-        b = budget_lib.estimate(cfg, smaller, seq, c.policy, mesh, target=target, state=c.state, flags=flag_set)
+        compiled = report.needed_bytes if isinstance(report, compiler.DoesNotFit) else report.device.peak_bytes
+        smaller, b = _under_the_miss(cfg, target, seq, mesh, c, flag_set, compiled / c.device_bytes, margin, step)
         c = _priced(dataclasses.replace(c, batch=smaller), b, cfg, target, mesh, seq)
     if isinstance(report, compiler.DoesNotFit):  # refused at every batch tried: not simulated, never chosen
         return Checked(c, report.needed_bytes, 0, False, float("inf"), 0.0, 0.0, 0.0, report.compile_seconds, 0,
