@@ -95,7 +95,7 @@ site: $(STAMP)
 ## Speed, memory and accuracy targets; each script writes benchmarks/results/<name>.json.
 ## Every benchmark of the main lock (the lent chip's two, bench_measured and bench_tpu_simulation, run on the chip
 ## lock: benchmarks/README.md says how).
-CHIP_BENCHMARKS := benchmarks/bench_measured.py benchmarks/bench_tpu_simulation.py benchmarks/bench_decision_shapes.py
+CHIP_BENCHMARKS := benchmarks/bench_measured.py benchmarks/bench_tpu_simulation.py benchmarks/bench_decision_shapes.py benchmarks/bench_decisions.py
 benchmarks: $(STAMP)
 	for script in $(filter-out $(CHIP_BENCHMARKS),$(wildcard benchmarks/bench_*.py)); do $(BIN)/python $$script || exit 1; done
 

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from companion import budget, maxtext, policies, sharding, targets, train
+from companion import budget, maxtext, models, policies, sharding, targets, train
 
 MAXTEXT = Path(__file__).parent / "data" / "maxtext" / "configs"  # MaxText's configs at e591f30 (SOURCE.md)
 BASE_YML_KEYS = frozenset(yaml.safe_load((MAXTEXT / "base.yml").read_text()))
@@ -71,7 +71,7 @@ def test_a_users_config_lists_what_the_lab_does_not_model_and_fills_the_minus_on
     ({"model_name": "llama3.1-8b", "num_experts": 8}, "num_experts: 8 is not modelled for llama3.1-8b"),
     ({"model_name": "llama3.1-8b", "megablox_": True}, "'megablox_' is not a MaxText key .*did you mean megablox"),
     ({"model_name": "mixtral-8x7b", "megablox": True}, "megablox: true on a GPU: MaxText runs its Megablox kernel"),
-    ({"model_name": "llama3.1-8b", "hardware": "tpu"}, "hardware: 'tpu': the lab models NVIDIA GPUs"),
+    ({"model_name": "llama3.1-8b", "hardware": "cpu"}, "hardware: 'cpu': the lab models NVIDIA GPUs"),
 ])
 def test_values_the_lab_cannot_honour_are_one_line_errors(values, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")) as err:
@@ -96,8 +96,9 @@ def test_yaml_and_command_line_carry_maxtexts_keys_and_the_environment():
     line = maxtext.command_line(values, {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.9", "XLA_FLAGS": "--a=1 --b=2"})
     assert line.startswith('XLA_PYTHON_CLIENT_MEM_FRACTION=0.9 XLA_FLAGS="--a=1 --b=2" python3 -m maxtext.train ')
     assert " per_device_batch_size=2 " in line and " optimizer_memory_host_offload=false" in line
-    with pytest.raises(ValueError, match="tiny-llama is not a MaxText model"):
-        maxtext.overrides("tiny-llama", "full", 8, 512, {"fsdp": 2}, 2, 2)
+    with pytest.raises(ValueError, match="tiny-llama-eps is neither a MaxText model nor one reached"):
+        maxtext.overrides(models.config("tiny-llama").replace(name="tiny-llama-eps", norm_eps=1e-3), "full", 8, 512,
+                          {"fsdp": 2}, 2, 2)
     assert t.num_devices == 16
     assert policies.PRESETS["qkv_proj_offloaded"].offloads
 
@@ -119,3 +120,23 @@ def test_a_recipe_is_read_as_a_shell_runs_it(tmp_path):
         maxtext.recipe(script, {"OUTPUT_PATH": "/out", "RUN_NAME": "r", "MAXTEXT_CONFIGS_DIR": "/cfg"})
     with pytest.raises(ValueError, match="not a MaxText GPU recipe"):
         maxtext.recipe("echo hi\n", {})
+
+
+def test_a_model_maxtext_does_not_name_exports_the_maxtext_way_and_reads_back():
+    """A width MaxText has no file for goes as the model it is reached from, with override_model_config and the
+    changed model-file keys on the command line; MaxText's reader (the lab's) gives the same model back."""
+    from companion.measuring import measured
+
+    grid = measured.grid_model(4)  # Llama 3's layer at 1B-class width: no MaxText model file
+    values = maxtext.overrides(grid, "full", 2, 4096, {"fsdp": 1}, 1, 1, hardware="tpu")
+    assert values["model_name"] == "llama3-8b" and values["override_model_config"] is True
+    assert values["hardware"] == "tpu" and values["attention"] == "flash"  # Pallas on a TPU, not cuDNN's
+    assert {k: values[k] for k in ("base_emb_dim", "base_num_query_heads", "base_num_decoder_layers", "vocab_size")} \
+        == {"base_emb_dim": 2048, "base_num_query_heads": 16, "base_num_decoder_layers": 4, "vocab_size": 32000}
+    assert "base_num_kv_heads" not in values  # unchanged from llama3-8b's file: not said
+    tokens = [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in values.items()]
+    run = maxtext.read(MAXTEXT / "base.yml", tokens)
+    assert run.hardware == "tpu" and run.config() == grid.replace(name="llama3-8b")
+    with pytest.raises(ValueError, match="hardware: tpu in the config, but --target h100:1x8 is a GPU"):
+        run.check_target(targets.target("h100"))
+    run.check_target(targets.target("tpu-v5e"))

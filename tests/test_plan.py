@@ -320,3 +320,35 @@ def test_the_planner_never_prunes_a_moe_step_that_fits_compiled():
     usable = targets.target("h100", 8).usable_hbm_bytes  # a dense model keeps the plain 2 % margin
     assert not plan.budget_keeps(models.config("llama3.1-8b"), usable, usable)
     assert plan.budget_keeps(models.config("deepseek-v3-671b"), usable, usable)
+
+
+def test_the_next_batch_lies_between_what_fitted_and_what_did_not():
+    """``_next_batch``: one compile scales the budget by its miss; two follow the compiled bytes' line; the answer
+    stays strictly inside the bracket, in batch steps, and None once the bracket is closed."""
+    from companion.planning.plan import planner
+    from companion.hardware.targets import GiB
+
+    def budget(batch):  # 1 GiB fixed, 1 GiB a sequence
+        return (1 + batch) * GiB
+
+    room = 10 * GiB
+    # one compile at B 8, 20 % over its budget (10.8 GiB): the largest batch whose budget x 1.2 fits is 7
+    assert planner._next_batch([(8, int(10.8 * GiB), False)], room, budget, 1, 64) == 7
+    # one compile that fitted at B 4 with half its budget: up to the largest whose half-budget fits (19)
+    assert planner._next_batch([(4, int(2.5 * GiB), True)], room, budget, 1, 64) == 19
+    # ... never past the search's ceiling
+    assert planner._next_batch([(4, int(2.5 * GiB), True)], room, budget, 1, 12) == 12
+    # two compiles: on their line (2 GiB + 1 GiB a sequence: B 8 at 10 GiB), in steps of 2
+    assert planner._next_batch([(4, 6 * GiB, True), (12, 14 * GiB, False)], room, budget, 2, 64) == 8
+    # the bracket closed: B 4 fitted, B 5 did not
+    assert planner._next_batch([(4, 9 * GiB, True), (5, 11 * GiB, False)], room, budget, 1, 64) is None
+
+
+def test_a_tpu_plan_keeps_no_margin_a_gpu_plan_does():
+    """XLA:TPU refuses over-HBM programs at compile time (every chip step that compiled ran): no headroom there."""
+    from companion.planning import plan as plan_lib
+    from companion.hardware.targets import GiB
+
+    assert plan_lib.plan_margin(targets.target("tpu-v5e")).of(targets.target("tpu-v5e").usable_hbm_bytes) == 0
+    h100 = targets.target("h100")
+    assert plan_lib.plan_margin(h100).of(h100.usable_hbm_bytes) == int(1.5 * GiB)

@@ -180,6 +180,21 @@ def check_environment(environ: Mapping[str, str]) -> dict[str, Any]:
     return parse(environ.get(INIT_ARGS_ENV, ""))
 
 
+def export(flag_set: xla_flags.FlagSet, *, offloads: bool = False) -> dict[str, Any]:
+    """A libtpu flag set as a user pastes it: ``LIBTPU_INIT_ARGS`` (the same as per-compile ``compiler_options``),
+    the environment (that alone: a TPU has no allocator fraction or pinned pool to size, its compile places every
+    buffer), the libtpu the flags were checked against and the caveats of a step that offloads (the A/B check; the
+    GPU's memcpy-descriptor bug and pipelined-offload flag do not apply)."""
+    from ..ground import caveats
+
+    flag_set = resolve(flag_set)
+    args = flag_set.xla_flags()
+    return {INIT_ARGS_ENV: args, "compiler_options": flag_set.compiler_options(),
+            "env": {INIT_ARGS_ENV: args} if args else {}, "shell": f'{INIT_ARGS_ENV}="{args}"' if args else "",
+            "libtpu": version() or KNOWN_LIBTPU, "notes": [f"flags checked against libtpu {KNOWN_LIBTPU}'s names"],
+            "caveats": [c.to_dict() for c in caveats.applying(offloads, False, descriptor_bug=False)]}
+
+
 # ----------------------------------------------------------------------------- out of memory
 
 _UNIT = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}

@@ -38,11 +38,15 @@ so the rule uses only the budget (to place depths) and the compiler (to sort), n
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
+import re
 from typing import Callable, Iterator
 
 import numpy as np
 
 from .. import models
+from ..ground import policies
 from ..ground.state import StateConfig
 from ..hardware import targets
 from ..memory import budget
@@ -183,4 +187,37 @@ def kept(sorted_draws: list[Sorted], quotas: dict[str, int] | None = None) -> li
         if s.category is not None and left.get(s.category, 0) > 0:
             left[s.category] -= 1
             out.append(s)
+    return out
+
+
+SHAPES_RESULT = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "decision_shapes.json"
+
+
+def shape_of(key: str) -> Shape:
+    """A shape back from its key (``D2048-L4-S4096+opt_offload``)."""
+    found = re.fullmatch(r"D(\d+)-L(\d+)-S(\d+)(\+opt_offload)?", key)
+    if found is None:
+        raise ValueError(f"shape {key!r}: give D<width>-L<layers>-S<seq>, +opt_offload when the optimizer is on the host")
+    return Shape(int(found[1]), int(found[2]), int(found[3]), found[4] is not None)
+
+
+def committed_shapes(path: Path = SHAPES_RESULT) -> list[Shape]:
+    """The experiment's shapes as the rule kept them (``decision_shapes.json``, committed before any pick)."""
+    return [shape_of(key) for key in json.loads(path.read_text())["shapes"]]
+
+
+def emitted(cfg: models.ModelConfig) -> frozenset[str]:
+    """The checkpoint names the model's layer emits: what a policy can touch."""
+    return models.checkpoint_names(cfg)
+
+
+def distinct_presets(cfg: models.ModelConfig) -> list[str]:
+    """MaxText's presets that differ on the names ``cfg`` emits (the first of each equal group; no_remat aside):
+    the alternatives the experiment measures, each a different program."""
+    seen, out = set(), []
+    for name, preset in policies.PRESETS.items():
+        touched = tuple(sorted(preset.touched(emitted(cfg)).items()))
+        if name != "no_remat" and touched not in seen:
+            seen.add(touched)
+            out.append(name)
     return out

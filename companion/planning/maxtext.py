@@ -42,6 +42,7 @@ MODEL_FILE_KEYS = {"base_emb_dim": "d_model", "base_num_query_heads": "num_heads
                    "vocab_size": "vocab_size", "base_moe_mlp_dim": "moe.expert_mlp_dim",
                    "num_experts": "moe.num_experts", "num_experts_per_tok": "moe.experts_per_token",
                    "shared_experts": "moe.shared_experts", "first_num_dense_layers": "moe.first_dense_layers"}
+HARDWARE = ("gpu", "tpu")  # MaxText's hardware values the lab exports (it reads gpu_multiprocess as gpu)
 LAB_AXES = ("data", "fsdp", "tensor", "expert")  # MaxText's mesh axes the lab models
 OTHER_AXES = ("diloco", "fsdp_transpose", "sequence", "context", "context_usp_ulysses", "context_autoregressive",
               "tensor_sequence", "autoregressive", "pipeline")  # in base.yml; the lab models them at 1 only
@@ -49,6 +50,8 @@ OTHER_AXES = ("diloco", "fsdp_transpose", "sequence", "context", "context_usp_ul
 # kernel (cuDNN's via Transformer Engine for 'cudnn_flash_te'), which the lab's 'flash' is
 ATTENTION = {"autoselected": "flash", "flash": "flash", "cudnn_flash_te": "flash", "dot_product": "dot_product"}
 EXPORT_ATTENTION = {"flash": "cudnn_flash_te", "dot_product": "dot_product"}
+# on a TPU MaxText's 'flash' runs its Pallas splash kernel (layers/attention_op.py), which the lab's fused flash is
+EXPORT_ATTENTION_TPU = {"flash": "flash", "dot_product": "dot_product"}
 REMAT_CHOICES = ("remat", "device", "offload")
 # Values the lab's compiles assume; a config asking for others is refused
 FIXED = {"dtype": "bfloat16", "weight_dtype": "float32", "global_parameter_scale": 1}
@@ -76,6 +79,14 @@ class MaxTextRun:
     state: StateConfig = StateConfig()
     not_modelled: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # how the lab read what the config leaves to the software stack
+    hardware: str | None = None  # gpu (MaxText's gpu and gpu_multiprocess), tpu, or None (unset: the target's)
+
+    def check_target(self, target) -> None:
+        """Refuse a target of the other kind than the config's ``hardware`` (one line, naming both)."""
+        if self.hardware is not None and target.is_tpu != (self.hardware == "tpu"):
+            raise ValueError(f"hardware: {self.hardware} in the config, but --target {target.name} is a "
+                             f"{'TPU' if target.is_tpu else 'GPU'}: give a {self.hardware.upper()} target or set "
+                             f"hardware={'tpu' if target.is_tpu else 'gpu'}")
 
     def config(self):
         """The lab's model config, with the run's dimensions, layer scan, attention and MoE."""
@@ -147,9 +158,13 @@ def read(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = (),
         if raw[key] != value:
             raise ValueError(f"{key}: {raw[key]!r} is not modelled (the lab compiles {key}: {value!r})")
     if "hardware" not in user:
-        notes.append(f"hardware: not set (base.yml's default is {raw['hardware']}); the lab reads gpu")
-    elif raw["hardware"] not in ("gpu", "gpu_multiprocess"):
-        raise ValueError(f"hardware: {raw['hardware']!r}: the lab models NVIDIA GPUs (gpu, gpu_multiprocess)")
+        notes.append(f"hardware: not set (base.yml's default is {raw['hardware']}); the lab reads the target's")
+        hardware = None
+    elif raw["hardware"] in ("gpu", "gpu_multiprocess", "tpu"):
+        hardware = "tpu" if raw["hardware"] == "tpu" else "gpu"
+    else:
+        raise ValueError(f"hardware: {raw['hardware']!r}: the lab models NVIDIA GPUs (gpu, gpu_multiprocess) and "
+                         "TPUs (tpu)")
     attention = raw["attention"]
     if attention not in ATTENTION:
         raise ValueError(f"attention {attention!r}: the lab models {', '.join(ATTENTION)}")
@@ -165,7 +180,7 @@ def read(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = (),
         state=StateConfig(gradient_accumulation_steps=int(raw["gradient_accumulation_steps"]),
                           optimizer_memory_host_offload=bool(raw["optimizer_memory_host_offload"]),
                           parameter_memory_host_offload=bool(raw["parameter_memory_host_offload"])),
-        not_modelled=tuple(sorted(k for k in user if k not in READ_KEYS)), notes=tuple(notes))
+        not_modelled=tuple(sorted(k for k in user if k not in READ_KEYS)), notes=tuple(notes), hardware=hardware)
 
 
 def _policy(raw: Mapping, notes: list[str]) -> str | dict:
@@ -389,18 +404,44 @@ def split_mesh(mesh: Mapping[str, int], gpus_per_host: int) -> tuple[dict[str, i
     return ici, dcn
 
 
+def model_and_dims(cfg) -> tuple[str, dict[str, Any]]:
+    """MaxText's ``model_name`` a config is, and the model-file keys (``MODEL_FILE_KEYS``) it changes from that
+    model's file: the model as MaxText is given it (``override_model_config: true``). The base is the MaxText model
+    that needs the fewest changed keys; a config no MaxText model reaches by those keys alone is refused."""
+    found = []
+    for maxtext_name, lab in MODEL_NAMES.items():
+        base = model_configs.config(lab)
+        if (base.moe is None) != (cfg.moe is None) or (base.mla is None) != (cfg.mla is None):
+            continue
+        fields = {f: _model_value(cfg, f) for f in MODEL_FILE_KEYS.values() if _model_value(base, f) is not None}
+        plain = {f: v for f, v in fields.items() if not f.startswith("moe.")}
+        rebuilt = base.replace(name=cfg.name, attention=cfg.attention, scan_layers=cfg.scan_layers,
+                               flash_kernel=cfg.flash_kernel, flash_block=cfg.flash_block,
+                               attention_chunk=cfg.attention_chunk, moe=cfg.moe, **plain)
+        if rebuilt == cfg:
+            found.append((maxtext_name, {k: fields[f] for k, f in MODEL_FILE_KEYS.items()
+                                         if f in fields and fields[f] != _model_value(base, f)}))
+    if not found:
+        raise ValueError(f"{cfg.name} is neither a MaxText model nor one reached from one by its model file's keys "
+                         f"({', '.join(MODEL_FILE_KEYS)}): the lab exports {', '.join(MODEL_NAMES)} and those")
+    return min(found, key=lambda named: len(named[1]))
+
+
 def overrides(cfg, policy, batch: int, seq: int, mesh: Mapping[str, int], num_devices: int, gpus_per_host: int,
-              state: StateConfig = StateConfig()) -> dict[str, Any]:
-    """The lab's choices as MaxText overrides, with MaxText's key names (``EXPORTED_KEYS``)."""
+              state: StateConfig = StateConfig(), hardware: str = "gpu") -> dict[str, Any]:
+    """The lab's choices as MaxText overrides, with MaxText's key names (``EXPORTED_KEYS``); a model MaxText does not
+    name goes as the MaxText model it is reached from with ``override_model_config`` (``model_and_dims``)."""
     cfg = model_configs.config(cfg)
-    maxtext_name = next((m for m, lab in MODEL_NAMES.items() if lab == cfg.name), None)
-    if maxtext_name is None:
-        raise ValueError(f"{cfg.name} is not a MaxText model: the lab exports {', '.join(MODEL_NAMES.values())}")
+    if hardware not in HARDWARE:
+        raise ValueError(f"hardware {hardware!r}: choose {', '.join(HARDWARE)}")
+    maxtext_name, dims = model_and_dims(cfg)
     if cfg.attention not in EXPORT_ATTENTION:
         raise ValueError(f"attention {cfg.attention!r} has no MaxText equivalent: export {', '.join(EXPORT_ATTENTION)}")
     emitted = _emitted(cfg)
     resolved = policies.resolve(policy, emitted=emitted)
-    out: dict[str, Any] = {"model_name": maxtext_name, "hardware": "gpu"}
+    out: dict[str, Any] = {"model_name": maxtext_name, "hardware": hardware}
+    if dims:  # MaxText's way to another width or depth: the model file's keys, which the command line may override
+        out.update({"override_model_config": True, **dims})
     if resolved.name in policies.PRESETS and not isinstance(policy, Mapping):
         out["remat_policy"] = resolved.name
     else:  # the names this model emits; MaxText's defaults (remat; the layer input on device) cover the rest
@@ -419,7 +460,7 @@ def overrides(cfg, policy, batch: int, seq: int, mesh: Mapping[str, int], num_de
     for axis in LAB_AXES:
         out[f"ici_{axis}_parallelism"] = ici[axis]
         out[f"dcn_{axis}_parallelism"] = dcn[axis]
-    out["attention"] = EXPORT_ATTENTION[cfg.attention]
+    out["attention"] = (EXPORT_ATTENTION_TPU if hardware == "tpu" else EXPORT_ATTENTION)[cfg.attention]
     if cfg.moe is not None:  # grouped and ragged_dot are MaxText's sparse path (its GPU code calls ragged_dot)
         sparse = cfg.moe.dispatch != "dense"
         out.update({"sparse_matmul": sparse, "megablox": False, "capacity_factor": float(cfg.moe.capacity_factor)})
@@ -437,7 +478,7 @@ def _emitted(cfg) -> frozenset[str]:
     return models.checkpoint_names(cfg)
 
 
-EXPORTED_KEYS = ("model_name", "hardware", "remat_policy", *policies.TENSOR_NAMES, "per_device_batch_size",
+EXPORTED_KEYS = ("model_name", "hardware", "override_model_config", *MODEL_FILE_KEYS, "remat_policy", *policies.TENSOR_NAMES, "per_device_batch_size",
                  "max_target_length", *(f"{g}_{a}_parallelism" for a in LAB_AXES for g in ("ici", "dcn")), "attention",
                  "sparse_matmul", "megablox", "capacity_factor", "gradient_accumulation_steps",
                  "optimizer_memory_host_offload", "parameter_memory_host_offload")

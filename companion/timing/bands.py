@@ -191,7 +191,8 @@ class Sweep:
         low = min([self.nominal_seconds * (1 - ABSOLUTE_ERROR), *self.sample_seconds])
         high = max([self.nominal_seconds * (1 + ABSOLUTE_ERROR), *self.sample_seconds])
         return {"low_seconds": low, "high_seconds": high, "calibration_error": ABSOLUTE_ERROR,
-                "sweep_seconds": [min(self.sample_seconds), max(self.sample_seconds)],
+                "sweep_seconds": [min(self.sample_seconds, default=self.nominal_seconds),
+                                  max(self.sample_seconds, default=self.nominal_seconds)],
                 "basis": "the nominal step +- the frozen simulator's worst error on published runs (bench_calibration), "
                          "widened to the step's range over its constants' measured spread (bands.SWEEP) where that "
                          "reaches further"}
@@ -345,7 +346,8 @@ def sweep(compiled, target: targets.Target | str | None = None, link: HostLink |
           nic_per_gpu: float | None = None, domain_gpus: int | None = None, *,
           nominal: schedule.Simulator | None = None) -> Sweep:
     """The step of a ``CompileReport`` at the nominal constants and at each sample of the sweep (``SAMPLES``
-    re-pricings of the same schedule: a few seconds for a full-size step). ``nominal``: the step already
+    re-pricings of the same schedule: a few seconds for a full-size step; none on a TPU, whose constants and
+    paired band were measured on the chip). ``nominal``: the step already
     priced at the nominal constants (``schedule.prepare(compiled, target)``), not priced again."""
     nominal_model = schedule.CostModel(collectives=coll.CollectiveModel(nic_per_gpu=nic_per_gpu,
                                                                           domain_gpus=domain_gpus))
@@ -355,6 +357,8 @@ def sweep(compiled, target: targets.Target | str | None = None, link: HostLink |
     nominal = nominal or schedule.prepare(compiled, target, cost_model=nominal_model)
     target = nominal.target.with_link(link) if link is not None else nominal.target
     base = nominal.run(target.link, max_events=0)
+    if target.is_tpu:  # the chip's constants are its measured ones, the paired band measured there: no spread
+        return Sweep(base.step_seconds, (), base.tokens, "tpu", target.link.key)
     seconds = []
     for model, sample_link in sample_models(target, nic_per_gpu, domain_gpus):
         sim = schedule.prepare(compiled, target, cost_model=model)

@@ -32,7 +32,7 @@ def versions(named: Mapping[str, list[str]], tpus: Mapping) -> dict[str, str | N
 # any other jaxlib/libtpu (``refuse_off_lock``), and a reader on any lock holds them to the chip lock's versions.
 CHIP_LOCK = "requirements/chip-lock.txt"
 CHIP_PRODUCERS = ("benchmarks/bench_measured.py", "benchmarks/bench_tpu_simulation.py",
-                  "benchmarks/bench_decision_shapes.py")
+                  "benchmarks/bench_decision_shapes.py", "benchmarks/bench_decisions.py")
 
 
 def locked_versions(lock: str = CHIP_LOCK, root: Path = ROOT) -> dict[str, str]:

@@ -20,7 +20,8 @@ It works in two stages:
    compute cannot hide, FSDP/tensor/expert collectives).
 2. The best of each (mesh, offloads or not, state levers) are compiled for the target and their
    schedules simulated (``schedule``); a finalist whose compiled peak does not fit with the margin
-   (``PLAN_MARGIN``: max(2 % of usable HBM, 1.5 GiB), an option) steps its batch down. The plan is the
+   (``plan_margin``: on a GPU max(2 % of usable HBM, 1.5 GiB); none on a TPU, whose compile is the verdict;
+   an option) steps its batch down. The plan is the
    finalist with the most simulated tokens per second (the same numerator for every policy; TFLOP/s is
    reported beside it); finalists tied with it under the paired band (``bands.rank``: the ranking flips
    inside the simulator's constants' measured spread) are broken by device margin, then by the simpler

@@ -213,6 +213,7 @@ class Plan:
     tie_break: str = ""  # why the chosen finalist, in words
     processes_per_node: int = 1  # the launcher layout the export states
     for_jaxlib: str | None = None  # the jaxlib the exported flags are spelled for (None: the installed one)
+    hardware: str = "gpu"  # MaxText's ``hardware`` key: gpu, or tpu (libtpu's flags, no pool or fraction to export)
 
     @property
     def candidate(self) -> Candidate:
@@ -240,12 +241,14 @@ class Plan:
 
         c = self.candidate
         return maxtext.overrides(self.config or self.model, self.policy_name or c.policy, c.batch, self.seq,
-                                 self.mesh, self.num_devices, self.gpus_per_host, c.state)
+                                 self.mesh, self.num_devices, self.gpus_per_host, c.state, hardware=self.hardware)
 
     def pinned_pool(self) -> dict:
         """The exported pinned pool and what it assumes (module docstring; ``targets.pinned_host_pool_bytes``):
         the cap per GPU pool, the pools per node for the stated launcher layout, and the host's RAM against
-        its GPUs' pinned bytes together."""
+        its GPUs' pinned bytes together. A TPU has no such pool to size: empty."""
+        if self.hardware == "tpu":
+            return {}
         per_host = self.gpus_per_host
         ram = self.host_limit_bytes * per_host if self.host_limit_bytes else 0
         return {"env": targets.HOST_POOL_ENV, "gib_per_gpu_pool": self.host_pool_gib,
@@ -262,13 +265,17 @@ class Plan:
 
     def exported(self) -> dict:
         """``XLA_FLAGS``, the environment (mem fraction, the pinned pool), the jaxlib the flags are spelled
-        for and the correctness caveats that travel with them."""
+        for and the correctness caveats that travel with them (on a TPU, ``LIBTPU_INIT_ARGS`` alone)."""
+        if self.hardware == "tpu":
+            from ...hardware import libtpu
+
+            return libtpu.export(self.flag_set, offloads=self.candidate.offloads)
         return xla_flags.export(self.flag_set, mem_fraction=self.mem_fraction, host_pool_gib=self.host_pool_gib,
                                 offloads=self.candidate.offloads, for_jaxlib=self.for_jaxlib)
 
     def environment(self) -> dict[str, str]:
         out = self.exported()
-        return {**out["env"], "XLA_FLAGS": out["XLA_FLAGS"]}
+        return out["env"] if self.hardware == "tpu" else {**out["env"], "XLA_FLAGS": out["XLA_FLAGS"]}
 
     def yaml(self) -> str:
         from .. import maxtext
@@ -289,7 +296,7 @@ class Plan:
                 "searched": self.searched, "feasible": self.feasible, "search_seconds": self.search_seconds,
                 "total_seconds": self.total_seconds, "maxtext": self.overrides(), "environment": self.environment(),
                 "command_line": self.command_line(), "margin_bytes": self.margin_bytes, "tie_break": self.tie_break,
-                "pinned_pool": self.pinned_pool(), "jaxlib": self.exported()["jaxlib"],
+                "pinned_pool": self.pinned_pool(), "jaxlib": self.exported().get("jaxlib"),
                 "flag_notes": self.exported()["notes"], "caveats": self.exported()["caveats"]}
 
     def summary(self) -> str:
@@ -300,11 +307,12 @@ class Plan:
                  f"finalist{'s' if len(self.finalists) != 1 else ''}; in all {self.total_seconds:.1f} s (wall clock)",
                  f"  device: predicted {c.device_bytes / GiB:.2f} GiB, compiled {k.device_bytes / GiB:.2f} GiB "
                  f"({k.prediction_error:+.1%}) of {self.usable_hbm_bytes / GiB:.2f} GiB usable; host "
-                 f"{k.host_bytes / GiB:.2f} GiB (pool {self.host_pool_gib} GiB)",
+                 f"{k.host_bytes / GiB:.2f} GiB" + ("" if self.hardware == "tpu" else f" (pool {self.host_pool_gib} GiB)"),
                  f"  simulated step {k.step_seconds:.2f} s: {k.tokens_per_second:,.0f} tokens/s and "
                  f"{k.tflops_per_gpu:.0f} TFLOP/s per GPU (exposed transfers {k.exposed_transfer_seconds:.2f} s, "
-                 f"collectives {k.exposed_collective_seconds:.2f} s); chosen: {self.tie_break}",
-                 f"  pinned pool: {self.pinned_pool()['reading']}"]
+                 f"collectives {k.exposed_collective_seconds:.2f} s); chosen: {self.tie_break}"]
+        if self.pinned_pool():
+            lines.append(f"  pinned pool: {self.pinned_pool()['reading']}")
         if k.descriptor_issues:
             lines.append(f"  WARNING: {k.descriptor_issues} offloaded scan residual read(s) carry a wrong memcpy "
                          "descriptor (openxla/xla #46231): on a GPU the gradients are silently wrong")

@@ -18,7 +18,7 @@ from ...hardware import flags as xla_flags
 from ...models import configs as model_configs
 from ...hardware.targets import GiB, Target
 
-from .largest import CONTENDERS, PLAN_MARGIN, _largest, budget_keeps
+from .largest import CONTENDERS, MAX_PER_SHARD, _largest, budget_keeps, plan_margin
 from .candidates import (
     CARRY, Candidate, Checked, PIPELINED_FLAG, Plan, STATE_CHOICES, TensorChoice, _mesh_text, estimate_seconds
 )
@@ -165,7 +165,8 @@ def search(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None
                  for k in range(len(order) + 1) for j in range(k + 1)]
         specs += [spec + ((CARRY, "offload"),) for spec in specs]  # the scan carry: kept, or offloaded
         for spec in specs:
-            offloads = any(w == "offload" for _, w in spec)
+            # a TPU's offload is never pipelined: XLA:TPU has no such pass to turn on (``_flag_sets``)
+            pipelined = any(w == "offload" for _, w in spec) and not target.is_tpu
             for base_state in states:
                 for accum in accums:
                     state = dataclasses.replace(base_state, gradient_accumulation_steps=accum)
@@ -178,7 +179,7 @@ def search(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None
                             searched += 1
                             try:
                                 memo[batch] = budget_lib.estimate(cfg, batch, seq, dict(spec), m, target=target,
-                                                                  state=state, flags=flag_sets[offloads])
+                                                                  state=state, flags=flag_sets[pipelined])
                             except ValueError:
                                 memo[batch] = None
                         return memo[batch]
@@ -194,7 +195,7 @@ def search(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None
                         batch = _largest(fits, step)
                     if not batch:
                         continue
-                    feasible.append((m, _priced(Candidate(spec, batch, offloads, state, 0, 0, 0.0, 0.0, 0.0),
+                    feasible.append((m, _priced(Candidate(spec, batch, pipelined, state, 0, 0, 0.0, 0.0, 0.0),
                                                 budget_at(batch), cfg, target, m, seq)))
     if not feasible:
         raise ValueError(f"no configuration of {cfg.name} fits {target.name} at S={seq} by the budget (usable HBM "
@@ -208,7 +209,7 @@ def search(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None
 
 def plan(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None = None, *,
          global_batch: int | None = None, host_pool_gib: int | None = None, max_compiles: int = 4,
-         flags=None, states=STATE_CHOICES, progress=None, margin: fit.Margin = PLAN_MARGIN,
+         flags=None, states=STATE_CHOICES, progress=None, margin: fit.Margin | None = None,
          processes_per_node: int = 1, for_jaxlib: str | None = None) -> Plan:
     """Search per-tensor remat/device/offload, batch, pipelined offload and the state levers for the
     most simulated throughput that fits (``search``); compile and simulate the best few, and keep the
@@ -218,7 +219,7 @@ def plan(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None =
     chooses gradient accumulation 1, 2, 4 or 8), or None (the largest each candidate fits, no
     accumulation). ``host_pool_gib``: the pinned pool you will give XLA, or None to let the plan size it
     up to ``HOST_RAM_SHARE`` of the host RAM behind each GPU (shared where it is shared). ``margin``: the
-    device headroom a finalist's compiled peak must leave. ``processes_per_node`` (the launcher layout)
+    device headroom a finalist's compiled peak must leave (None: ``plan_margin``, the target's). ``processes_per_node`` (the launcher layout)
     and ``for_jaxlib`` shape the export (``Plan.pinned_pool``, ``flags.export``).
     """
     import time
@@ -228,6 +229,7 @@ def plan(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None =
                          f"gpu_multi_process_run.sh) to {target.topology.gpus_per_host} (one per GPU)")
     if for_jaxlib is not None:
         xla_flags.export(xla_flags.resolve(flags), for_jaxlib=for_jaxlib)  # a bad version fails before the search
+    margin = plan_margin(target) if margin is None else margin
     t0 = time.perf_counter()
     found = search(model, target, seq, mesh, global_batch=global_batch, host_pool_gib=host_pool_gib, flags=flags,
                    states=states)
@@ -238,7 +240,8 @@ def plan(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None =
     def check(m, c):
         if progress:
             progress(f"compiling {c.label()} on mesh {_mesh_text(m)}")
-        checked.append((m, _check(cfg, target, seq, m, c, flag_sets[c.pipelined], margin, host_limit)))
+        checked.append((m, _check(cfg, target, seq, m, c, flag_sets[c.pipelined], margin, host_limit,
+                                  grow=global_batch is None)))
         return checked[-1][1]
 
     # the best of each (mesh, offload or not, state levers), in the budget's order, until enough compile
@@ -256,7 +259,7 @@ def plan(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None =
         miss[key[0]] = max(miss.get(key[0], 1.0), done.device_bytes / done.candidate.device_bytes)
         if fits >= max(1, max_compiles - 1) or len(checked) >= 2 * max_compiles:
             break
-    twin = next(((m, k.candidate) for m, k in checked if k.fits and k.candidate.offloads), None)
+    twin = next(((m, k.candidate) for m, k in checked if k.fits and k.candidate.pipelined), None)
     if twin is not None and max_compiles > 1:  # the same plan without pipelined offload, for comparison
         m, c = twin
         b = budget_lib.estimate(cfg, c.batch, seq, c.policy, m, target=target, state=c.state, flags=flag_sets[False])
@@ -274,7 +277,7 @@ def plan(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None =
     return Plan(cfg.name, target.name, n, target.topology.gpus_per_host, seq, mesh_, target.mem_fraction, usable,
                 host_limit, best, tuple(light[id(k)] for _, k in checked), tuple(tensors), found.searched, len(feasible),
                 found.seconds, time.perf_counter() - t0, flag_sets[best.candidate.pipelined], cfg,
-                margin.of(usable), tie_break, processes_per_node, for_jaxlib)
+                margin.of(usable), tie_break, processes_per_node, for_jaxlib, "tpu" if target.is_tpu else "gpu")
 
 
 def _simplicity(c: Candidate) -> tuple[int, int]:
@@ -308,49 +311,86 @@ def _priced(c: Candidate, b: budget_lib.Budget, cfg, target: Target, mesh, seq: 
                                estimated_seconds=estimate_seconds(b, cfg, target, mesh, seq))
 
 
-def _under_the_miss(cfg, target, seq, mesh, c: Candidate, flag_set, miss: float, margin: fit.Margin, step: int):
-    """The next batch to compile after ``c`` compiled ``miss`` times its budget and did not fit: the largest batch step
-    below it whose budget, scaled by that miss, leaves the margin (one step down at the least), and its budget."""
-    room = target.usable_hbm_bytes - margin.of(target.usable_hbm_bytes)
-
-    def budget_at(batch):
-        return budget_lib.estimate(cfg, batch, seq, c.policy, mesh, target=target, state=c.state, flags=flag_set)
-
-    low, high = 1, max(1, c.batch // step - 1)  # in steps
-    while low < high:  # the budget grows with the batch: bisect for the largest that fits under the miss
-        mid = (low + high + 1) // 2
-        low, high = (mid, high) if budget_at(mid * step).device_bytes * miss <= room else (low, mid - 1)
-    return low * step, budget_at(low * step)
+LOOSE = 0.98  # a finalist compiled under this share of its budget: the budget is loose there, so one more compile up
+ATTEMPTS = 4  # compiles per finalist at most
 
 
-def _check(cfg, target, seq, mesh, c: Candidate, flag_set, margin: fit.Margin, host_limit: int) -> Checked:
-    """Compile a finalist (lower, twice at most, when its compiled peak does not fit with the margin or XLA:TPU
-    refuses it: to the batch whose budget, scaled by the miss, fits) and simulate its schedule."""
+def _next_batch(tried: list[tuple[int, int, bool]], room: int, budget_bytes, step: int, ceiling: int) -> int | None:
+    """The batch to compile next, given the (batch, compiled device bytes, fits) ``tried`` so far, or None to stop.
+
+    It lies strictly between the largest batch that fitted and the smallest that did not (the
+    search's ``ceiling`` above it), in multiples of ``step``: where the compiled bytes of two batches are known, on
+    the line through them (the two nearest the boundary); where one is, at the largest batch whose budget, scaled by
+    that compile's miss, fits (``budget_bytes(batch)``)."""
+    low = max((b for b, _, fits in tried if fits), default=0) + step
+    high = min((b for b, _, fits in tried if not fits), default=ceiling + step) - step
+    if low > high:
+        return None
+    near = [(b, n) for b, n, _ in sorted(tried, key=lambda t: abs(t[1] - room))[:2]]
+    (b0, n0), (b1, n1) = near if len(near) == 2 else (near[0], near[0])
+    if b0 != b1 and (n1 - n0) / (b1 - b0) > 0:  # the compiled bytes' line through two batches
+        guess = b0 + (room - n0) * (b1 - b0) / (n1 - n0)
+        return min(high, max(low, int(guess // step) * step))
+    miss = n0 / budget_bytes(b0)
+    lo, hi = low // step, high // step  # in steps: bisect for the largest whose budget x miss fits
+    if budget_bytes(lo * step) * miss > room:
+        return lo * step
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if budget_bytes(mid * step) * miss <= room else (lo, mid - 1)
+    return lo * step
+
+
+def _check(cfg, target, seq, mesh, c: Candidate, flag_set, margin: fit.Margin, host_limit: int,
+           grow: bool = True) -> Checked:
+    """Compile a finalist and simulate its schedule at the largest batch that compiles under the margin.
+
+    A finalist over HBM (or refused by XLA:TPU) steps down; one that fits but compiled under ``LOOSE`` of its
+    budget steps up (``grow``: the batch is not fixed), the search's ceiling at most; ``_next_batch`` chooses each
+    batch, ``ATTEMPTS`` compiles at most. The largest that fitted is kept; none: the last refused."""
     placement = compiler.place(target, sharding.active_axes(mesh))
     trainer = train.trainer(cfg, c.policy, state=c.state)
     step = sharding.batch_ways(mesh) * c.state.gradient_accumulation_steps
-    for attempt in range(3):
+    room = target.usable_hbm_bytes - margin.of(target.usable_hbm_bytes)
+    ceiling = MAX_PER_SHARD * step if grow else c.batch
+    budgets = {c.batch: c.device_bytes}
+
+    def budget_bytes(batch):
+        if batch not in budgets:
+            budgets[batch] = budget_lib.estimate(cfg, batch, seq, c.policy, mesh, target=target, state=c.state,
+                                                 flags=flag_set).device_bytes
+        return budgets[batch]
+
+    tried, kept, last = [], None, None
+    for _ in range(ATTEMPTS):
         try:
             report = train.compile_step(trainer, placement, c.batch, seq, flags=flag_set)
         except compiler.DoesNotFit as refused:  # XLA:TPU refuses a program over HBM at compile time: a verdict
-            report, fits = refused, False
+            last, needed = (c, refused, None), refused.needed_bytes
         else:
             verdict = fit.check(report.device.peak_bytes, report.host.total_bytes, target, margin, host_limit)
-            fits = verdict.fits
-        if fits or attempt == 2 or c.batch - step < step:
+            last, needed = (c, report, verdict), report.device.peak_bytes
+            if verdict.fits:
+                kept = last
+        tried.append((c.batch, needed, kept is last))
+        if kept is last and (not grow or needed >= LOOSE * c.device_bytes):
+            break  # fits, and the budget was not loose here (or the batch is fixed)
+        batch = _next_batch(tried, room, budget_bytes, step, ceiling)
+        if batch is None:
             break
-        compiled = report.needed_bytes if isinstance(report, compiler.DoesNotFit) else report.device.peak_bytes
-        smaller, b = _under_the_miss(cfg, target, seq, mesh, c, flag_set, compiled / c.device_bytes, margin, step)
-        c = _priced(dataclasses.replace(c, batch=smaller), b, cfg, target, mesh, seq)
-    if isinstance(report, compiler.DoesNotFit):  # refused at every batch tried: not simulated, never chosen
+        c = _priced(dataclasses.replace(c, batch=batch),
+                    budget_lib.estimate(cfg, batch, seq, c.policy, mesh, target=target, state=c.state, flags=flag_set),
+                    cfg, target, mesh, seq)
+    c, report, verdict = kept or last
+    if verdict is None:  # refused at every batch tried: not simulated, never chosen
         return Checked(c, report.needed_bytes, 0, False, float("inf"), 0.0, 0.0, 0.0, report.compile_seconds, 0,
                        report.available_bytes - report.needed_bytes)
     sim = schedule.simulate(report, target)
     checks = report.offload.checks
-    return Checked(c, report.device.peak_bytes, report.host.total_bytes, fits, sim.step_seconds, sim.tflops_per_gpu,
-                   sim.exposed_transfer_seconds, sim.exposed_collective_seconds, report.compile_seconds,
-                   len(checks.wrong) if checks is not None else 0, verdict.usable_hbm_bytes - verdict.device_bytes,
-                   report)
+    return Checked(c, report.device.peak_bytes, report.host.total_bytes, verdict.fits, sim.step_seconds,
+                   sim.tflops_per_gpu, sim.exposed_transfer_seconds, sim.exposed_collective_seconds,
+                   report.compile_seconds, len(checks.wrong) if checks is not None else 0,
+                   verdict.usable_hbm_bytes - verdict.device_bytes, report)
 
 
 def _explain(cfg, c: Candidate, mesh, seq: int, order, info, never, target: Target) -> list[TensorChoice]:

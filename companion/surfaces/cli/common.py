@@ -108,6 +108,8 @@ def _step_inputs(args):
     if args.gpus is not None and args.gpus < 1:
         raise ValueError(f"--gpus must be positive, got {args.gpus}")
     target = _target(args)  # cheap checks first
+    if run is not None:
+        run.check_target(target)
     spec = _flag_spec(args.xla_flags)
     if target.is_tpu:
         if getattr(args, "pipelined", False):

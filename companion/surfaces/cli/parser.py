@@ -80,9 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the pinned host pool per GPU you will set (XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB); default: the "
                         "plan sizes it, up to 75 %% of the host RAM behind each GPU")
     p.add_argument("--max-compiles", type=int, default=4, help="finalists to compile and simulate (default 4)")
-    p.add_argument("--margin-gib", type=float, default=1.5,
-                   help="device headroom the compiled peak must leave: the larger of this and 2 %% of usable HBM "
-                        "(default 1.5)")
+    p.add_argument("--margin-gib", type=float, default=None,
+                   help="device headroom the compiled peak must leave: on a GPU the larger of this and 2 %% of usable "
+                        "HBM (default 1.5); on a TPU this alone (default 0: XLA:TPU refuses at compile time what "
+                        "would not fit)")
     p.add_argument("--processes-per-node", type=int, default=1,
                    help="the launcher layout the export states: 1 (MaxText's gpu_multi_process_run.sh, default) to "
                         "one per GPU")

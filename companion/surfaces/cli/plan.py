@@ -40,6 +40,7 @@ def _plan(args) -> int:
         if args.model or args.seq or args.mesh:
             raise ValueError("--model, --seq, --mesh and --maxtext-config all set the run: give one of them")
         run = maxtext.read(args.maxtext_config, args.overrides)
+        run.check_target(target)
         cfg, seq, mesh = run.config(), run.seq, run.mesh(target.num_devices, target.topology.gpus_per_host)
     else:
         if args.model is None or args.seq is None:
@@ -48,9 +49,10 @@ def _plan(args) -> int:
         if mesh is not None:
             mesh = sharding.parse_mesh(mesh, target.num_devices)
     progress = None if args.json else (lambda line: print(line, file=sys.stderr, flush=True))
-    if args.margin_gib < 0:
+    if args.margin_gib is not None and args.margin_gib < 0:
         raise ValueError(f"--margin-gib must be >= 0, got {args.margin_gib}")
-    margin = dataclasses.replace(plan.PLAN_MARGIN, bytes=int(args.margin_gib * targets.GiB))
+    margin = None if args.margin_gib is None else dataclasses.replace(plan.plan_margin(target),
+                                                                      bytes=int(args.margin_gib * targets.GiB))
     result = plan.plan(cfg, target, seq, mesh, global_batch=args.global_batch, host_pool_gib=args.host_pool_gib,
                        max_compiles=args.max_compiles, flags=flag_set, progress=progress, margin=margin,
                        processes_per_node=args.processes_per_node, for_jaxlib=args.for_jaxlib)

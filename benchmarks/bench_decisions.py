@@ -1,0 +1,183 @@
+"""The decision experiment (issue 52): the planner's pick on each committed shape against every alternative, on the
+lent TPU v5e. Two parts, committed in this order:
+
+    .venv-chip/bin/python benchmarks/bench_decisions.py --part picks [--only KEY ...] [--out DIR]
+    python3 benchmarks/bench_decisions.py --part measure --out DIR [--only KEY ...]     # on the chip
+
+``picks`` (compile-only, libtpu's v5e on the chip lock: what the chip runs): for each shape of
+``results/decision_shapes.json``, the planner's pick and its other finalists that fit (the runners-up), each
+MaxText preset at its own largest batch (``plan.largest_batch``: the budget's answer, then the compiler's boundary),
+and full remat at the pick's batch and state; runs that are the same program (the same policy on the names the
+model emits, batch and state) are measured once, under every role they hold. ``results/decision_picks.json`` is
+committed before anything is measured. ``measure`` runs each of them on the chip (``measure.train_step``) and
+writes their tokens/s: the best measured is the reference, ``regret = 1 - pick / best``
+(``decisions.regret``). ``--merge PART ...`` joins parts (one per process) into one result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import _common
+
+from companion import compiler, freshness, policies, results, schedule, targets, train
+from companion.planning import decisions, plan
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _run(role: str, cfg, policy, batch: int, state: train.StateConfig, peak: int | None, seconds: float | None,
+         seq: int) -> dict:
+    """One run to measure: its role, its program's inputs, what it compiled to and what the lab predicts."""
+    touched = policies.resolve(policy).touched(decisions.emitted(cfg))
+    return {"roles": [role], "policy": policy, "touched": dict(sorted(touched.items())), "batch": batch,
+            "state": dataclasses.asdict(state), "compiled_peak_bytes": peak,
+            "simulated_step_seconds": seconds,
+            "simulated_tokens_per_s": batch * seq / seconds if seconds else None}
+
+
+def _program(cfg, run: dict, seq: int) -> dict:
+    """``run`` with its compiled program's hash (``freshness.program_hash``: the report cache answers a compile the
+    planner or the preset search already made)."""
+    trainer = train.trainer(cfg, run["policy"], state=train.StateConfig(**run["state"]))
+    report = train.compile_step(trainer, compiler.place(targets.target(decisions.TARGET)), run["batch"], seq)
+    return {**run, "program": freshness.program_hash(report.hlo_text)}
+
+
+def _merge_roles(runs: list[dict]) -> list[dict]:
+    """One run per compiled program, with every role it holds."""
+    out: dict[str, dict] = {}
+    for r in runs:
+        key = r["program"]
+        if key in out:
+            out[key]["roles"] += [role for role in r["roles"] if role not in out[key]["roles"]]
+        else:
+            out[key] = r
+    return list(out.values())
+
+
+def plan_job(shape: decisions.Shape) -> dict:
+    """The planner's pick on ``shape``, its other finalists that fit and full remat at the pick's batch."""
+    target = targets.target(decisions.TARGET)
+    cfg, started = shape.model(), time.perf_counter()
+    chosen = plan.plan(cfg, target, shape.seq)
+    pick = chosen.chosen
+    runs = [_run("pick", cfg, pick.candidate.policy, pick.candidate.batch, pick.candidate.state, pick.device_bytes,
+                 pick.step_seconds, shape.seq)]
+    runs += [_run("runner_up", cfg, f.candidate.policy, f.candidate.batch, f.candidate.state, f.device_bytes,
+                  f.step_seconds, shape.seq) for f in chosen.finalists if f.fits and f is not pick]
+    full = _full_at(cfg, target, shape.seq, pick.candidate.batch, pick.candidate.state)
+    return {"shape": shape.key, "job": "plan", "runs": [_program(cfg, r, shape.seq) for r in runs + ([full] if full else [])],
+            "plan": {"label": pick.candidate.label(), "tie_break": chosen.tie_break,
+                     "finalists": [f.to_dict() for f in chosen.finalists], "maxtext": chosen.overrides(),
+                     "command_line": chosen.command_line()},
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
+def preset_job(shape: decisions.Shape, name: str) -> dict:
+    """MaxText's preset ``name`` at its own largest batch on ``shape`` (the shape's optimizer placement)."""
+    target = targets.target(decisions.TARGET)
+    cfg, started = shape.model(), time.perf_counter()
+    found = plan.largest_batch(cfg, target, shape.seq, name, state=shape.state())
+    runs = [_run(f"preset:{name}", cfg, name, found.batch, shape.state(), found.device_bytes, found.step_seconds,
+                 shape.seq)] if found.batch else []
+    return {"shape": shape.key, "job": f"preset:{name}", "runs": [_program(cfg, r, shape.seq) for r in runs],
+            "preset": {"name": name, "batch": found.batch, "budget_batch": found.budget_batch,
+                       "compiles": found.compiles, "device_bytes": found.device_bytes,
+                       "next_device_bytes": found.next_device_bytes},
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
+def jobs(shape: decisions.Shape) -> list[str]:
+    """One shape's compile-only jobs: the plan, then each distinct preset (each its own process on the chip's host)."""
+    return ["plan", *(f"preset:{name}" for name in decisions.distinct_presets(shape.model()))]
+
+
+def assemble(shape: decisions.Shape, parts: list[dict]) -> dict:
+    """One shape's entry from its jobs: the plan, the presets, and every distinct run with all its roles."""
+    by_job = {p["job"]: p for p in parts if p["shape"] == shape.key}
+    missing = [job for job in jobs(shape) if job not in by_job]
+    if missing:
+        raise SystemExit(f"{shape.key}: no part for {', '.join(missing)}")
+    ordered = [by_job[job] for job in jobs(shape)]
+    return {"shape": shape.key, "plan": by_job["plan"]["plan"],
+            "presets": {p["preset"]["name"]: p["preset"] for p in ordered[1:]},
+            "runs": _merge_roles([r for p in ordered for r in p["runs"]]),
+            "compile_seconds": round(sum(p["seconds"] for p in ordered), 1)}
+
+
+def _full_at(cfg, target, seq: int, batch: int, state: train.StateConfig) -> dict | None:
+    """Full remat at the pick's batch and state, where it fits (None where XLA:TPU refuses it)."""
+    trainer = train.trainer(cfg, "full", state=state)
+    try:
+        report = train.compile_step(trainer, compiler.place(target), batch, seq)
+    except compiler.DoesNotFit:
+        return None
+    if not report.fits:
+        return None
+    return _run("full_at_pick_batch", cfg, "full", batch, state, report.device.peak_bytes,
+                schedule.simulate(report, target).step_seconds, seq)
+
+
+def measure_runs(entry: dict, steps: int, warmup: int) -> list[dict]:
+    """Each run of one shape on this machine's chip: the measured record beside the run."""
+    from companion.measuring import measure
+
+    shape = decisions.shape_of(entry["shape"])
+    placement = compiler.place(measure.local_target())
+    out = []
+    for run in entry["runs"]:
+        trainer = train.trainer(shape.model(), run["policy"], state=train.StateConfig(**run["state"]))
+        record = measure.train_step(trainer, placement, run["batch"], shape.seq, steps=steps, warmup=warmup)
+        seconds = (record.get("timing") or {}).get("median")
+        out.append({**run, "measured": record, "tokens_per_s": run["batch"] * shape.seq / seconds if seconds else None})
+        print(f"  {entry['shape']} {'/'.join(run['roles'])} B={run['batch']}: "
+              f"{out[-1]['tokens_per_s'] or 0:,.0f} tokens/s", flush=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=("picks", "measure"), required=True)
+    parser.add_argument("--only", nargs="*", default=None, help="only these shape keys")
+    parser.add_argument("--job", default=None, help="picks: only this job of each shape (plan, preset:NAME)")
+    parser.add_argument("--list-jobs", action="store_true", help="picks: print 'KEY JOB' per job and stop")
+    parser.add_argument("--out", default=None, help="write this part's JSON here (one per process), not results/")
+    parser.add_argument("--merge", nargs="*", default=None, help="join these parts' JSON into the result")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    args = parser.parse_args()
+    shapes = [s for s in decisions.committed_shapes() if not args.only or s.key in args.only]
+    if args.list_jobs:
+        print("\n".join(f"{s.key} {job}" for s in shapes for job in jobs(s)))
+        return
+    freshness.refuse_off_lock(results.producer())  # the chip's own compiler and runtime
+    name = "decision_picks" if args.part == "picks" else "decision_measured"
+    if args.merge:
+        parts = [p for path in args.merge for p in json.loads(Path(path).read_text())["parts"]]
+        if args.part == "picks":
+            entries = [assemble(s, parts) for s in shapes]
+        else:
+            entries = [{"shape": s.key, "runs": [r for p in parts if p["shape"] == s.key for r in p["runs"]]}
+                       for s in shapes]
+        _common.write(name, {"entries": entries, "shapes": [s.key for s in shapes]})
+        return
+    if args.part == "picks":
+        parts = [plan_job(s) if job == "plan" else preset_job(s, job.split(":", 1)[1])
+                 for s in shapes for job in jobs(s) if args.job in (None, job)]
+        for p in parts:
+            print(f"{p['shape']} {p['job']}: {len(p['runs'])} run(s), {p['seconds']:.0f} s", flush=True)
+    else:
+        picks = {e["shape"]: e for e in json.loads((RESULTS / "decision_picks.json").read_text())["entries"]}
+        parts = [{"shape": s.key, "runs": measure_runs(picks[s.key], args.steps, args.warmup)} for s in shapes]
+    Path(args.out or RESULTS / "parts").mkdir(parents=True, exist_ok=True)
+    tag = "_".join([*(args.only or ["all"]), *([args.job.replace(":", "-")] if args.job else [])])
+    (Path(args.out or RESULTS / "parts") / f"{name}-{tag}.json").write_text(json.dumps({"parts": parts}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

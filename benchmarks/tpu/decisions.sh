@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# On the lent TPU v5e (device tool): the decision experiment (benchmarks/bench_decisions.py) beside the machine's
+# JAX, its output under $OUT.
+#   benchmarks/tpu/decisions.sh picks [JOBS]          # compile-only: every (shape, job) not yet under $DONE, JOBS at once
+#   benchmarks/tpu/decisions.sh measure KEY ...       # on the chip: those shapes' runs, one process at a time
+set -uo pipefail
+export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
+SITE=${TPU_SITE:-/tmp/site}
+if [ ! -f "$SITE/.ok" ]; then
+  PIP="python3 -m pip install --isolated -q --only-binary=:all: --index-url file:///opt/pypi/simple --target $SITE"
+  PIP_CONFIG_FILE=/dev/null $PIP flax==0.12.8 optax==0.2.8 pyyaml >/dev/null 2>&1 \
+    || PIP_CONFIG_FILE=/dev/null $PIP flax optax pyyaml 2>&1 | tail -3
+  rm -rf "$SITE"/jax "$SITE"/jaxlib "$SITE"/numpy "$SITE"/jax-* "$SITE"/jaxlib-* "$SITE"/numpy-*  # the machine's own
+  touch "$SITE/.ok"
+fi
+export PYTHONPATH=$PWD:$PWD/benchmarks:$SITE
+part=$1; shift
+if [ "$part" = picks ]; then
+  # compile-only against libtpu's v5e topology: no process opens the chip (JAX_PLATFORMS=cpu), so they run at once
+  mkdir -p "$OUT/picks"
+  python3 benchmarks/bench_decisions.py --part picks --list-jobs | while read -r key job; do
+    tag="${key}_${job/:/-}"; [ -f "${DONE:-/nonexistent}/decision_picks-$tag.json" ] || echo "$key $job"
+  done | xargs -P "${1:-12}" -L 1 sh -c 'JAX_PLATFORMS=cpu timeout ${JOB_TIMEOUT:-560} python3 benchmarks/bench_decisions.py --part picks --only "$0" --job "$1" --out "$OUT/picks" > "$OUT/picks/$0_${1#*:}.log" 2>&1; echo "$0 $1 rc=$?"'
+else
+  mkdir -p "$OUT/measure"
+  for key in "$@"; do
+    python3 benchmarks/bench_decisions.py --part measure --only "$key" --out "$OUT/measure" 2>&1 | grep -v "^$" | tail -40
+  done
+fi
