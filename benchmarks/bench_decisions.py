@@ -128,7 +128,7 @@ def measure_runs(entry: dict, steps: int, warmup: int) -> list[dict]:
     from companion.measuring import measure
 
     shape = decisions.shape_of(entry["shape"])
-    placement = compiler.place(measure.local_target())
+    placement = compiler.place(targets.target(decisions.TARGET))  # the chip itself where one is attached
     out = []
     for run in entry["runs"]:
         trainer = train.trainer(shape.model(), run["policy"], state=train.StateConfig(**run["state"]))

@@ -2,6 +2,8 @@
 
 import itertools
 
+import pytest
+
 from companion.hardware import targets
 from companion.planning import decisions
 
@@ -78,3 +80,18 @@ def test_the_stored_shapes_are_the_rules_first_draws_each_sorted_and_spanning():
     assert {min(s.d_model for s in shapes), max(s.d_model for s in shapes)} == {1536, 4096}
     assert {min(s.seq for s in shapes), max(s.seq for s in shapes)} == {2048, 32768}
     assert {s.optimizer_offload for s in shapes} == {False, True} and len({s.layers for s in shapes}) >= 6
+
+
+def test_regret_is_the_picks_shortfall_against_the_best_measured_run():
+    runs = [{"roles": ["pick", "preset:minimal"], "batch": 2, "tokens_per_s": 985.0},
+            {"roles": ["preset:full"], "batch": 6, "tokens_per_s": 1000.0},
+            {"roles": ["runner_up"], "batch": 3, "tokens_per_s": None}]  # refused on the chip: not a contender
+    r = decisions.regret("D2048-L4-S4096", runs)
+    assert r.best == "preset:full B=6" and r.runs == 2 and abs(r.regret - 0.015) < 1e-12
+    best_is_pick = decisions.regret("s", [{**runs[0], "tokens_per_s": 1010.0}, runs[1]])
+    assert best_is_pick.regret == 0.0
+    with pytest.raises(ValueError, match="the pick was not measured"):
+        decisions.regret("s", [{**runs[0], "tokens_per_s": None}, runs[1]])
+    judged = decisions.goal_met([r, best_is_pick])
+    assert judged["within_2_percent"] == 1.0 and abs(judged["median"] - 0.0075) < 1e-12 and judged["met"]
+    assert not decisions.goal_met([r, r, best_is_pick])["met"]  # median 1.5 %

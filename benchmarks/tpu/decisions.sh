@@ -13,7 +13,7 @@ if [ ! -f "$SITE/.ok" ]; then
   rm -rf "$SITE"/jax "$SITE"/jaxlib "$SITE"/numpy "$SITE"/jax-* "$SITE"/jaxlib-* "$SITE"/numpy-*  # the machine's own
   touch "$SITE/.ok"
 fi
-export PYTHONPATH=$PWD:$PWD/benchmarks:$SITE
+export PYTHONPATH=$PWD:$PWD/benchmarks:${PYTHONPATH:-}:$SITE  # the machine's JAX comes on its PYTHONPATH
 part=$1; shift
 if [ "$part" = picks ]; then
   # compile-only against libtpu's v5e topology: no process opens the chip (JAX_PLATFORMS=cpu), so they run at once

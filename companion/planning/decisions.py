@@ -221,3 +221,52 @@ def distinct_presets(cfg: models.ModelConfig) -> list[str]:
             seen.add(touched)
             out.append(name)
     return out
+
+
+# The experiment's goal (issue 52): regret <= 2 % on at least 90 % of the shapes, and a median regret <= 1 %.
+GOAL_REGRET, GOAL_SHARE, GOAL_MEDIAN = 0.02, 0.90, 0.01
+
+
+@dataclasses.dataclass(frozen=True)
+class Regret:
+    """One shape's pick against the best measured run: ``regret = 1 - pick / best`` (tokens/s on the chip)."""
+
+    shape: str
+    pick: str  # the pick's roles and batch
+    pick_tokens_per_s: float
+    best: str
+    best_tokens_per_s: float
+    runs: int  # runs measured on the shape
+
+    @property
+    def regret(self) -> float:
+        return 1 - self.pick_tokens_per_s / self.best_tokens_per_s
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "regret": self.regret}
+
+
+def _name(run: dict) -> str:
+    return f"{'/'.join(run['roles'])} B={run['batch']}"
+
+
+def regret(shape: str, runs: list[dict]) -> Regret:
+    """The pick's regret on one shape from its measured runs (each with ``roles``, ``batch``, ``tokens_per_s``: None
+    where it did not run); a pick that did not run has no regret to give (ValueError)."""
+    ran = [r for r in runs if r.get("tokens_per_s")]
+    pick = next((r for r in runs if "pick" in r["roles"]), None)
+    if pick is None or not pick.get("tokens_per_s"):
+        raise ValueError(f"{shape}: the pick was not measured ({'absent' if pick is None else 'it did not run'})")
+    best = max(ran, key=lambda r: r["tokens_per_s"])
+    return Regret(shape, _name(pick), pick["tokens_per_s"], _name(best), best["tokens_per_s"], len(ran))
+
+
+def goal_met(regrets: list[Regret]) -> dict:
+    """The goal's two parts over the shapes measured: the share within ``GOAL_REGRET`` and the median."""
+    values = sorted(r.regret for r in regrets)
+    if not values:
+        raise ValueError("no shape measured: no regret to judge")
+    share = sum(v <= GOAL_REGRET for v in values) / len(values)
+    median = float(np.median(values))
+    return {"shapes": len(values), "within_2_percent": share, "median": median,
+            "met": share >= GOAL_SHARE and median <= GOAL_MEDIAN}
