@@ -175,7 +175,7 @@ def main() -> None:
         picks = {e["shape"]: e for e in json.loads((RESULTS / "decision_picks.json").read_text())["entries"]}
         parts = [{"shape": s.key, "runs": measure_runs(picks[s.key], args.steps, args.warmup)} for s in shapes]
     Path(args.out or RESULTS / "parts").mkdir(parents=True, exist_ok=True)
-    tag = "_".join([*(args.only or ["all"]), *([args.job.replace(":", "-")] if args.job else [])])
+    tag = "_".join([*(args.only or ["all"]), *([args.job.replace(":", "-")] if args.job else [])]).replace("+", "_")
     (Path(args.out or RESULTS / "parts") / f"{name}-{tag}.json").write_text(json.dumps({"parts": parts}, indent=1))
 
 

@@ -209,6 +209,20 @@ def test_a_fixed_global_batch_is_met_with_gradient_accumulation():
         plan.search("llama3.1-405b", H100, 4096, "fsdp=8")  # the states alone are 16 B x 405B / 8
 
 
+def test_at_a_fixed_global_batch_spare_hbm_goes_to_saving():
+    """16 sequences on 8 H100 leave HBM spare under full remat: the search's best saves every tensor worth saving (no
+    recompute) rather than recompute it, and it still fits by the budget."""
+    found = plan.search("llama3.1-8b", H100, 4096, "fsdp=8", global_batch=16)
+    _, best = found.ranked[0]
+    saved = {name for name, where in best.spec if where == "device"}
+    same_state = [c for _, c in found.ranked if c.state == best.state]
+    assert best.batch == 16 and {"mlpwi_0", "query_proj", "out_proj"} <= saved
+    assert best.recompute_flops == min(c.recompute_flops for c in same_state)  # the least recompute there is
+    full = [c for c in same_state if not c.spec]
+    assert full and full[0].recompute_flops > best.recompute_flops
+    assert full[0].device_bytes < best.device_bytes <= found.usable_hbm_bytes  # the saving spends spare HBM
+
+
 def _finalist(step_seconds: float, tflops: float, batch: int = 64) -> plan.Checked:
     c = plan.Candidate((), batch, False, plan.train.StateConfig(), 0, 0, 0.0, 0.0, 1.0, tokens=batch * 4096 / 8)
     return plan.Checked(c, 10, 0, True, step_seconds, tflops, 0.0, 0.0, 1.0, 0, margin_bytes=1)

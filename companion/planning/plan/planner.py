@@ -244,17 +244,19 @@ def plan(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None =
                                   grow=global_batch is None)))
         return checked[-1][1]
 
-    # the best of each (mesh, offload or not, state levers), in the budget's order, until enough compile
-    # and fit; a finalist whose compiled peak does not fit (one step lower included) gives way to the next
-    # and fit; a finalist whose compiled peak does not fit (one step lower included) gives way to the next;
-    # once one fits, the budget's miss on a mesh (compiled / predicted) skips the others it would not fit
-    keys, fits, miss = set(), 0, {}
+    # the best of each (mesh, offload or not, state levers), in the budget's order, until enough compile and fit;
+    # a finalist whose compiled peak does not fit (its batch stepped down included) gives way to the next, and its
+    # kind is tried again with a smaller candidate whose budget, scaled by the mesh's miss (compiled / predicted),
+    # fits (at batch 1 nothing else can shrink it); once one fits, the miss skips the others it would not fit
+    tried, fits, miss = {}, 0, {}  # (mesh, offloads, state) -> fitted
+    room = usable - margin.of(usable)
     for m, c in feasible:
         key = (tuple(m.items()), c.offloads, c.state)
-        if key in keys or (fits and c.device_bytes * miss.get(key[0], 1.0) > usable):
+        scaled = c.device_bytes * miss.get(key[0], 1.0)
+        if tried.get(key) or (key in tried and scaled > room) or (fits and scaled > usable):
             continue
-        keys.add(key)
         done = check(m, c)
+        tried[key] = tried.get(key, False) or done.fits
         fits += done.fits
         miss[key[0]] = max(miss.get(key[0], 1.0), done.device_bytes / done.candidate.device_bytes)
         if fits >= max(1, max_compiles - 1) or len(checked) >= 2 * max_compiles:
@@ -400,7 +402,8 @@ def _explain(cfg, c: Candidate, mesh, seq: int, order, info, never, target: Targ
     n_acc = c.state.gradient_accumulation_steps
     per_shard = c.batch // (sharding.batch_ways(mesh) * n_acc)  # info is at one sequence per batch shard
     forward_s = c.step_flops / 3 / target.gpu.bf16_dense_flops / (n_acc * cfg.num_layers)
-    engine = "kernel" if workaround.in_effect() else "copy_engine"  # the #46231 workaround's transfers are kernels
+    # the #46231 workaround's transfers are kernels (XLA:GPU's; a TPU's copies are its DMA engines')
+    engine = "kernel" if workaround.in_effect() and not target.is_tpu else "copy_engine"
 
     def moved(nbytes: float) -> tuple[float, str]:
         """One layer's write (seconds) and its time out and back, in words, at the transfers' engine's rate."""
