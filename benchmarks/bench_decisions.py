@@ -123,19 +123,29 @@ def _full_at(cfg, target, seq: int, batch: int, state: train.StateConfig) -> dic
                 schedule.simulate(report, target).step_seconds, seq)
 
 
-def measure_runs(entry: dict, steps: int, warmup: int) -> list[dict]:
-    """Each run of one shape on this machine's chip: the measured record beside the run."""
+def committed_runs(paths: list[Path]) -> dict[str, list[dict]]:
+    """Per shape, the distinct runs (by program) of committed picks: merged results' entries or jobs' parts."""
+    runs: dict[str, list[dict]] = {}
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        for entry in data.get("entries", []) + data.get("parts", []):
+            runs[entry["shape"]] = _merge_roles(runs.get(entry["shape"], []) + entry["runs"])
+    return runs
+
+
+def measure_runs(key: str, runs: list[dict], steps: int, warmup: int, done: set[str] = frozenset()) -> list[dict]:
+    """Each run of one shape on this machine's chip (but the programs in ``done``): the measured record beside it."""
     from companion.measuring import measure
 
-    shape = decisions.shape_of(entry["shape"])
+    shape = decisions.shape_of(key)
     placement = compiler.place(targets.target(decisions.TARGET))  # the chip itself where one is attached
     out = []
-    for run in entry["runs"]:
+    for run in (r for r in runs if r["program"] not in done):
         trainer = train.trainer(shape.model(), run["policy"], state=train.StateConfig(**run["state"]))
         record = measure.train_step(trainer, placement, run["batch"], shape.seq, steps=steps, warmup=warmup)
         seconds = (record.get("timing") or {}).get("median")
         out.append({**run, "measured": record, "tokens_per_s": run["batch"] * shape.seq / seconds if seconds else None})
-        print(f"  {entry['shape']} {'/'.join(run['roles'])} B={run['batch']}: "
+        print(f"  {key} {'/'.join(run['roles'])} B={run['batch']}: "
               f"{out[-1]['tokens_per_s'] or 0:,.0f} tokens/s", flush=True)
     return out
 
@@ -148,6 +158,9 @@ def main() -> None:
     parser.add_argument("--list-jobs", action="store_true", help="picks: print 'KEY JOB' per job and stop")
     parser.add_argument("--out", default=None, help="write this part's JSON here (one per process), not results/")
     parser.add_argument("--merge", nargs="*", default=None, help="join these parts' JSON into the result")
+    parser.add_argument("--picks", nargs="*", type=Path, default=None,
+                        help="measure: the committed picks (merged result or jobs' parts; default results/decision_picks.json)")
+    parser.add_argument("--done", nargs="*", type=Path, default=[], help="measure: parts already measured (skipped)")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     args = parser.parse_args()
@@ -172,8 +185,10 @@ def main() -> None:
         for p in parts:
             print(f"{p['shape']} {p['job']}: {len(p['runs'])} run(s), {p['seconds']:.0f} s", flush=True)
     else:
-        picks = {e["shape"]: e for e in json.loads((RESULTS / "decision_picks.json").read_text())["entries"]}
-        parts = [{"shape": s.key, "runs": measure_runs(picks[s.key], args.steps, args.warmup)} for s in shapes]
+        runs = committed_runs(args.picks or [RESULTS / "decision_picks.json"])
+        done = {r["program"] for path in args.done for p in json.loads(Path(path).read_text())["parts"] for r in p["runs"]}
+        parts = [{"shape": s.key, "runs": measure_runs(s.key, runs[s.key], args.steps, args.warmup, done)}
+                 for s in shapes if s.key in runs]
     Path(args.out or RESULTS / "parts").mkdir(parents=True, exist_ok=True)
     tag = "_".join([*(args.only or ["all"]), *([args.job.replace(":", "-")] if args.job else [])]).replace("+", "_")
     (Path(args.out or RESULTS / "parts") / f"{name}-{tag}.json").write_text(json.dumps({"parts": parts}, indent=1))

@@ -2,7 +2,7 @@
 # On the lent TPU v5e (device tool): the decision experiment (benchmarks/bench_decisions.py) beside the machine's
 # JAX, its output under $OUT.
 #   benchmarks/tpu/decisions.sh picks [JOBS]          # compile-only: every (shape, job) not yet under $DONE, JOBS at once
-#   benchmarks/tpu/decisions.sh measure KEY ...       # on the chip: those shapes' runs, one process at a time
+#   [PICKS="f ..."] benchmarks/tpu/decisions.sh measure KEY ...   # on the chip: those shapes' runs, in turn
 set -uo pipefail
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
 SITE=${TPU_SITE:-/tmp/site}
@@ -23,7 +23,9 @@ if [ "$part" = picks ]; then
   done | xargs -P "${1:-12}" -L 1 sh -c 'JAX_PLATFORMS=cpu timeout ${JOB_TIMEOUT:-560} python3 benchmarks/bench_decisions.py --part picks --only "$0" --job "$1" --out "$OUT/picks" > "$OUT/picks/$0_${1#*:}.log" 2>&1; echo "$0 $1 rc=$?"'
 else
   mkdir -p "$OUT/measure"
+  # PICKS: the committed picks' files (default results/decision_picks.json); DONE: parts already measured
   for key in "$@"; do
-    python3 benchmarks/bench_decisions.py --part measure --only "$key" --out "$OUT/measure" 2>&1 | grep -v "^$" | tail -40
+    python3 benchmarks/bench_decisions.py --part measure --only "$key" --out "$OUT/measure" ${PICKS:+--picks $PICKS} \
+      ${DONE_MEASURED:+--done $DONE_MEASURED} 2>&1 | grep -v "^$" | tail -40
   done
 fi

@@ -244,16 +244,17 @@ def plan(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None =
                                   grow=global_batch is None)))
         return checked[-1][1]
 
-    # the best of each (mesh, offload or not, state levers), in the budget's order, until enough compile and fit;
-    # a finalist whose compiled peak does not fit (its batch stepped down included) gives way to the next, and its
-    # kind is tried again with a smaller candidate whose budget, scaled by the mesh's miss (compiled / predicted),
-    # fits (at batch 1 nothing else can shrink it); once one fits, the miss skips the others it would not fit
+    # the best of each (mesh, offload or not, state levers), in the budget's order, until enough compile and fit,
+    # each at the largest batch whose budget, scaled by its mesh's miss so far (compiled / predicted), fits the room
+    # (``_shrunk``); a kind that did not fit is tried again with its next candidate, one that fitted is done
     tried, fits, miss = {}, 0, {}  # (mesh, offloads, state) -> fitted
     room = usable - margin.of(usable)
     for m, c in feasible:
         key = (tuple(m.items()), c.offloads, c.state)
-        scaled = c.device_bytes * miss.get(key[0], 1.0)
-        if tried.get(key) or (key in tried and scaled > room) or (fits and scaled > usable):
+        if tried.get(key):
+            continue
+        c = _shrunk(cfg, target, seq, m, c, flag_sets[c.pipelined], miss.get(key[0], 1.0), room)
+        if c is None:
             continue
         done = check(m, c)
         tried[key] = tried.get(key, False) or done.fits
@@ -311,6 +312,27 @@ def _priced(c: Candidate, b: budget_lib.Budget, cfg, target: Target, mesh, seq: 
     return dataclasses.replace(c, device_bytes=b.device_bytes, host_bytes=b.host_bytes, step_flops=b.step_flops,
                                recompute_flops=b.recompute_flops, tokens=c.batch * seq / target.num_devices,
                                estimated_seconds=estimate_seconds(b, cfg, target, mesh, seq))
+
+
+def _shrunk(cfg, target, seq, mesh, c: Candidate, flag_set, miss: float, room: int) -> Candidate | None:
+    """``c`` at the largest batch (its own at most) whose budget, scaled by ``miss``, fits ``room``; None where even
+    one batch step does not."""
+    if c.device_bytes * miss <= room:
+        return c
+    step = sharding.batch_ways(mesh) * c.state.gradient_accumulation_steps
+    budgets = {c.batch: c.device_bytes}
+
+    def budget_bytes(batch):
+        if batch not in budgets:
+            budgets[batch] = budget_lib.estimate(cfg, batch, seq, c.policy, mesh, target=target, state=c.state,
+                                                 flags=flag_set).device_bytes
+        return budgets[batch]
+
+    batch = _next_batch([(c.batch, int(c.device_bytes * miss), False)], room, budget_bytes, step, c.batch)
+    if batch is None or budget_bytes(batch) * miss > room:
+        return None
+    b = budget_lib.estimate(cfg, batch, seq, c.policy, mesh, target=target, state=c.state, flags=flag_set)
+    return _priced(dataclasses.replace(c, batch=batch), b, cfg, target, mesh, seq)
 
 
 LOOSE = 0.98  # a finalist compiled under this share of its budget: the budget is loose there, so one more compile up
