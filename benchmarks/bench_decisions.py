@@ -64,7 +64,11 @@ def plan_job(shape: decisions.Shape) -> dict:
     """The planner's pick on ``shape``, its other finalists that fit and full remat at the pick's batch."""
     target = targets.target(decisions.TARGET)
     cfg, started = shape.model(), time.perf_counter()
-    chosen = plan.plan(cfg, target, shape.seq)
+    try:
+        chosen = plan.plan(cfg, target, shape.seq)
+    except ValueError as refused:  # the planner found nothing that compiles: its decision, and a loss if one fits
+        return {"shape": shape.key, "job": "plan", "runs": [], "plan": {"error": str(refused)},
+                "seconds": round(time.perf_counter() - started, 1)}
     pick = chosen.chosen
     runs = [_run("pick", cfg, pick.candidate.policy, pick.candidate.batch, pick.candidate.state, pick.device_bytes,
                  pick.step_seconds, shape.seq)]
