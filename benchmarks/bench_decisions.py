@@ -137,8 +137,10 @@ def committed_runs(paths: list[Path]) -> dict[str, list[dict]]:
     return runs
 
 
-def measure_runs(key: str, runs: list[dict], steps: int, warmup: int, done: set[str] = frozenset()) -> list[dict]:
-    """Each run of one shape on this machine's chip (but the programs in ``done``): the measured record beside it."""
+def measure_runs(key: str, runs: list[dict], steps: int, warmup: int, done: set[str] = frozenset(),
+                 save=lambda out: None) -> list[dict]:
+    """Each run of one shape on this machine's chip (but the programs in ``done``): the measured record beside it,
+    ``save``d after each run (a part cut off by the chip's time limit keeps what it measured)."""
     from companion.measuring import measure
 
     shape = decisions.shape_of(key)
@@ -151,6 +153,7 @@ def measure_runs(key: str, runs: list[dict], steps: int, warmup: int, done: set[
         out.append({**run, "measured": record, "tokens_per_s": run["batch"] * shape.seq / seconds if seconds else None})
         print(f"  {key} {'/'.join(run['roles'])} B={run['batch']}: "
               f"{out[-1]['tokens_per_s'] or 0:,.0f} tokens/s", flush=True)
+        save(out)
     return out
 
 
@@ -191,8 +194,16 @@ def main() -> None:
     else:
         runs = committed_runs(args.picks or [RESULTS / "decision_picks.json"])
         done = {r["program"] for path in args.done for p in json.loads(Path(path).read_text())["parts"] for r in p["runs"]}
-        parts = [{"shape": s.key, "runs": measure_runs(s.key, runs[s.key], args.steps, args.warmup, done)}
-                 for s in shapes if s.key in runs]
+        parts = []
+        for s in (s for s in shapes if s.key in runs):
+            parts.append({"shape": s.key, "runs": []})
+            measure_runs(s.key, runs[s.key], args.steps, args.warmup, done,
+                         save=lambda out: (parts[-1].update(runs=list(out)), _save(args, name, parts)))
+    _save(args, name, parts)
+
+
+def _save(args, name: str, parts: list[dict]) -> None:
+    """A part's JSON, one file per process: ``--out`` or results/parts."""
     Path(args.out or RESULTS / "parts").mkdir(parents=True, exist_ok=True)
     tag = "_".join([*(args.only or ["all"]), *([args.job.replace(":", "-")] if args.job else [])]).replace("+", "_")
     (Path(args.out or RESULTS / "parts") / f"{name}-{tag}.json").write_text(json.dumps({"parts": parts}, indent=1))
