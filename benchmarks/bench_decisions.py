@@ -137,6 +137,26 @@ def committed_runs(paths: list[Path]) -> dict[str, list[dict]]:
     return runs
 
 
+def regret_table(picks: list[Path], measured: list[Path]) -> dict:
+    """Each shape's regret (``decisions.regret``): every committed run with all its roles, its measured tokens/s
+    joined by program; a shape whose plan the planner refused counts as a loss where anything ran. Shapes with no
+    measured run are listed as not yet measured."""
+    runs = committed_runs(picks)
+    refused = {p["shape"] for path in picks for p in json.loads(Path(path).read_text()).get("parts", [])
+               if p.get("job") == "plan" and "error" in p.get("plan", {})}
+    tokens = {r["program"]: r["tokens_per_s"] for path in measured
+              for p in json.loads(Path(path).read_text())["parts"] for r in p["runs"]}
+    table, waiting = [], []
+    for shape in decisions.committed_shapes():
+        joined = [{**r, "tokens_per_s": tokens.get(r["program"])} for r in runs.get(shape.key, [])]
+        if not any(r["program"] in tokens for r in joined):
+            waiting.append(shape.key)
+            continue
+        table.append(decisions.regret(shape.key, joined, refused=shape.key in refused))
+    return {"regrets": [r.to_dict() for r in table], "not_measured": waiting,
+            "goal": decisions.goal_met(table) if table else None}
+
+
 def measure_runs(key: str, runs: list[dict], steps: int, warmup: int, done: set[str] = frozenset(),
                  save=lambda out: None) -> list[dict]:
     """Each run of one shape on this machine's chip (but the programs in ``done``): the measured record beside it,

@@ -92,6 +92,8 @@ def test_regret_is_the_picks_shortfall_against_the_best_measured_run():
     assert best_is_pick.regret == 0.0
     with pytest.raises(ValueError, match="the pick was not measured"):
         decisions.regret("s", [{**runs[0], "tokens_per_s": None}, runs[1]])
+    lost = decisions.regret("s", runs[1:], refused=True)  # the planner gave no pick where full remat trains
+    assert lost.regret == 1.0 and lost.pick == decisions.REFUSED and lost.best == "preset:full B=6"
     judged = decisions.goal_met([r, best_is_pick])
     assert judged["within_2_percent"] == 1.0 and abs(judged["median"] - 0.0075) < 1e-12 and judged["met"]
     assert not decisions.goal_met([r, r, best_is_pick])["met"]  # median 1.5 %

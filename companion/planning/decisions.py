@@ -250,14 +250,22 @@ def _name(run: dict) -> str:
     return f"{'/'.join(run['roles'])} B={run['batch']}"
 
 
-def regret(shape: str, runs: list[dict]) -> Regret:
+REFUSED = "the planner refused (nothing it compiled fit)"
+
+
+def regret(shape: str, runs: list[dict], refused: bool = False) -> Regret:
     """The pick's regret on one shape from its measured runs (each with ``roles``, ``batch``, ``tokens_per_s``: None
-    where it did not run); a pick that did not run has no regret to give (ValueError)."""
+    where it did not run). A planner that ``refused`` a shape where a run trains loses it whole (regret 1); a pick
+    that was not measured has no regret to give (ValueError)."""
     ran = [r for r in runs if r.get("tokens_per_s")]
+    best = max(ran, key=lambda r: r["tokens_per_s"]) if ran else None
+    if refused:
+        if best is None:
+            raise ValueError(f"{shape}: the planner refused it and nothing else ran: no loss to count")
+        return Regret(shape, REFUSED, 0.0, _name(best), best["tokens_per_s"], len(ran))
     pick = next((r for r in runs if "pick" in r["roles"]), None)
     if pick is None or not pick.get("tokens_per_s"):
         raise ValueError(f"{shape}: the pick was not measured ({'absent' if pick is None else 'it did not run'})")
-    best = max(ran, key=lambda r: r["tokens_per_s"])
     return Regret(shape, _name(pick), pick["tokens_per_s"], _name(best), best["tokens_per_s"], len(ran))
 
 
