@@ -2,7 +2,8 @@
 # On the lent TPU v5e (device tool): the decision experiment (benchmarks/bench_decisions.py) beside the machine's
 # JAX, its output under $OUT.
 #   benchmarks/tpu/decisions.sh picks [JOBS]          # compile-only: every (shape, job) not yet under $DONE, JOBS at once
-#   [PICKS="f ..."] benchmarks/tpu/decisions.sh measure KEY ...   # on the chip: those shapes' runs, in turn
+#   [PICKS="f ..."] [DONE_MEASURED="f ..."] [MEASURE_ARGS="--steps 3 --warmup 1"] benchmarks/tpu/decisions.sh measure KEY ...
+#                                                    # on the chip: those shapes' runs, in turn
 set -uo pipefail
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
 SITE=${TPU_SITE:-/tmp/site}
@@ -26,6 +27,6 @@ else
   # PICKS: the committed picks' files (default results/decision_picks.json); DONE: parts already measured
   for key in "$@"; do
     python3 benchmarks/bench_decisions.py --part measure --only "$key" --out "$OUT/measure" ${PICKS:+--picks $PICKS} \
-      ${DONE_MEASURED:+--done $DONE_MEASURED} 2>&1 | grep -v "^$" | tail -40
+      ${DONE_MEASURED:+--done $DONE_MEASURED} ${MEASURE_ARGS:-} 2>&1 | grep -v "^$" | tail -40
   done
 fi
