@@ -11,7 +11,9 @@ and full remat at the pick's batch and state; runs that are the same program (th
 model emits, batch and state) are measured once, under every role they hold. ``results/decision_picks.json`` is
 committed before anything is measured. ``measure`` runs each of them on the chip (``measure.train_step``) and
 writes their tokens/s: the best measured is the reference, ``regret = 1 - pick / best``
-(``decisions.regret``). ``--merge PART ...`` joins parts (one per process) into one result.
+(``decisions.regret``). ``--merge PART ...`` joins parts (one per process) into one result. ``explain``
+(compile-only, after both are stored) compiles the pick and the best run of each shape the pick lost and
+simulates them side by side per op class: ``results/decision_explained.json``. ``--set second``: the second set.
 """
 
 from __future__ import annotations
@@ -46,18 +48,6 @@ def _program(cfg, run: dict, seq: int) -> dict:
     trainer = train.trainer(cfg, run["policy"], state=train.StateConfig(**run["state"]))
     report = train.compile_step(trainer, compiler.place(targets.target(decisions.TARGET)), run["batch"], seq)
     return {**run, "program": freshness.program_hash(report.hlo_text)}
-
-
-def _merge_roles(runs: list[dict]) -> list[dict]:
-    """One run per compiled program, with every role it holds."""
-    out: dict[str, dict] = {}
-    for r in runs:
-        key = r["program"]
-        if key in out:
-            out[key]["roles"] += [role for role in r["roles"] if role not in out[key]["roles"]]
-        else:
-            out[key] = r
-    return list(out.values())
 
 
 def plan_job(shape: decisions.Shape) -> dict:
@@ -110,7 +100,7 @@ def assemble(shape: decisions.Shape, parts: list[dict]) -> dict:
     ordered = [by_job[job] for job in jobs(shape)]
     return {"shape": shape.key, "plan": by_job["plan"]["plan"],
             "presets": {p["preset"]["name"]: p["preset"] for p in ordered[1:]},
-            "runs": _merge_roles([r for p in ordered for r in p["runs"]]),
+            "runs": decisions.merge_roles([r for p in ordered for r in p["runs"]]),
             "compile_seconds": round(sum(p["seconds"] for p in ordered), 1)}
 
 
@@ -133,28 +123,43 @@ def committed_runs(paths: list[Path]) -> dict[str, list[dict]]:
     for path in paths:
         data = json.loads(Path(path).read_text())
         for entry in data.get("entries", []) + data.get("parts", []):
-            runs[entry["shape"]] = _merge_roles(runs.get(entry["shape"], []) + entry["runs"])
+            runs[entry["shape"]] = decisions.merge_roles(runs.get(entry["shape"], []) + entry["runs"])
     return runs
 
 
-def regret_table(picks: list[Path], measured: list[Path]) -> dict:
-    """Each shape's regret (``decisions.regret``): every committed run with all its roles, its measured tokens/s
-    joined by program; a shape whose plan the planner refused counts as a loss where anything ran. Shapes with no
-    measured run are listed as not yet measured."""
-    runs = committed_runs(picks)
-    refused = {p["shape"] for path in picks for p in json.loads(Path(path).read_text()).get("parts", [])
-               if p.get("job") == "plan" and "error" in p.get("plan", {})}
-    tokens = {r["program"]: r["tokens_per_s"] for path in measured
-              for p in json.loads(Path(path).read_text())["parts"] for r in p["runs"]}
-    table, waiting = [], []
-    for shape in decisions.committed_shapes():
-        joined = [{**r, "tokens_per_s": tokens.get(r["program"])} for r in runs.get(shape.key, [])]
-        if not any(r["program"] in tokens for r in joined):
-            waiting.append(shape.key)
-            continue
-        table.append(decisions.regret(shape.key, joined, refused=shape.key in refused))
+def regret_table(picks: list[Path], measured: list[Path], set_name: str = "first") -> dict:
+    """``decisions.regret_table`` over stored files; the goal judged over the shapes measured."""
+    table, waiting = decisions.regret_table([json.loads(Path(p).read_text()) for p in picks],
+                                            [json.loads(Path(p).read_text()) for p in measured],
+                                            decisions.committed_shapes(decisions.shapes_result(set_name)))
     return {"regrets": [r.to_dict() for r in table], "not_measured": waiting,
             "goal": decisions.goal_met(table) if table else None}
+
+
+def explain(key: str, runs: list[dict]) -> dict:
+    """Why the pick lost on one shape: the pick and the fastest measured run compiled again (the report cache answers)
+    and simulated side by side, busy seconds per op class (``StepSimulation.time_by_kind``) and the exposed waits,
+    with the chip's step beside each. ``runs``: the shape's committed runs joined to their measured tokens/s."""
+    shape = decisions.shape_of(key)
+    target = targets.target(decisions.TARGET)
+    placement = compiler.place(target)
+    ran = [r for r in runs if r.get("tokens_per_s")]
+    pick = next(r for r in runs if "pick" in r["roles"])
+    best = max(ran, key=lambda r: r["tokens_per_s"])
+    out = {"shape": key, "runs": []}
+    for role, run in (("pick", pick), ("best", best)):
+        trainer = train.trainer(shape.model(), run["policy"], state=train.StateConfig(**run["state"]))
+        report = train.compile_step(trainer, placement, run["batch"], shape.seq)
+        sim = schedule.simulate(report, target)
+        out["runs"].append({"role": role, "roles": run["roles"], "batch": run["batch"], "policy": run["policy"],
+                            "state": run["state"], "measured_step_seconds": run["batch"] * shape.seq / run["tokens_per_s"],
+                            "tokens_per_s": run["tokens_per_s"], "simulated_step_seconds": sim.step_seconds,
+                            "compute_seconds": sim.compute_seconds,
+                            "exposed_transfer_seconds": sim.exposed_transfer_seconds,
+                            "recompute_flops": sim.recompute_flops, "hardware_flops": sim.hardware_flops,
+                            "model_flops": sim.model_flops, "time_by_kind": dict(sim.time_by_kind),
+                            "host_bytes": sim.host_bytes, "peak_device_bytes": sim.peak_device_bytes})
+    return out
 
 
 def measure_runs(key: str, runs: list[dict], steps: int, warmup: int, done: set[str] = frozenset(),
@@ -179,7 +184,7 @@ def measure_runs(key: str, runs: list[dict], steps: int, warmup: int, done: set[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("picks", "measure"), required=True)
+    parser.add_argument("--part", choices=("picks", "measure", "explain"), required=True)
     parser.add_argument("--only", nargs="*", default=None, help="only these shape keys")
     parser.add_argument("--job", default=None, help="picks: only this job of each shape (plan, preset:NAME)")
     parser.add_argument("--list-jobs", action="store_true", help="picks: print 'KEY JOB' per job and stop")
@@ -188,15 +193,27 @@ def main() -> None:
     parser.add_argument("--picks", nargs="*", type=Path, default=None,
                         help="measure: the committed picks (merged result or jobs' parts; default results/decision_picks.json)")
     parser.add_argument("--done", nargs="*", type=Path, default=[], help="measure: parts already measured (skipped)")
+    parser.add_argument("--set", default="first", choices=tuple(decisions.SETS),
+                        help="which drawn set (decisions.SETS): its shapes, and its results' names")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     args = parser.parse_args()
-    shapes = [s for s in decisions.committed_shapes() if not args.only or s.key in args.only]
+    shapes = [s for s in decisions.committed_shapes(decisions.shapes_result(args.set)) if not args.only or s.key in args.only]
     if args.list_jobs:
         print("\n".join(f"{s.key} {job}" for s in shapes for job in jobs(s)))
         return
     freshness.refuse_off_lock(results.producer())  # the chip's own compiler and runtime
-    name = "decision_picks" if args.part == "picks" else "decision_measured"
+    name = {"picks": "decision_picks", "measure": "decision_measured", "explain": "decision_explained"}[args.part]
+    name += "" if args.set == "first" else f"_{args.set}"
+    if args.part == "explain":  # the losses (regret over the goal's 2 %), from the stored picks and measurements
+        picks = json.loads((RESULTS / name.replace("explained", "picks")).with_suffix(".json").read_text())
+        measured = json.loads((RESULTS / name.replace("explained", "measured")).with_suffix(".json").read_text())
+        tokens = {r["program"]: r["tokens_per_s"] for e in measured["entries"] for r in e["runs"]}
+        table, _ = decisions.regret_table([picks], [measured], shapes)
+        lost = [r.shape for r in table if r.regret > decisions.GOAL_REGRET and r.pick != decisions.REFUSED]
+        runs = {e["shape"]: [{**r, "tokens_per_s": tokens.get(r["program"])} for r in e["runs"]] for e in picks["entries"]}
+        _common.write(name, {"entries": [explain(key, runs[key]) for key in lost]})
+        return
     if args.merge:
         parts = [p for path in args.merge for p in json.loads(Path(path).read_text())["parts"]]
         if args.part == "picks":
@@ -212,7 +229,7 @@ def main() -> None:
         for p in parts:
             print(f"{p['shape']} {p['job']}: {len(p['runs'])} run(s), {p['seconds']:.0f} s", flush=True)
     else:
-        runs = committed_runs(args.picks or [RESULTS / "decision_picks.json"])
+        runs = committed_runs(args.picks or [RESULTS / f"{name.replace('measured', 'picks')}.json"])
         done = {r["program"] for path in args.done for p in json.loads(Path(path).read_text())["parts"] for r in p["runs"]}
         parts = []
         for s in (s for s in shapes if s.key in runs):

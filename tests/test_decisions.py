@@ -97,3 +97,23 @@ def test_regret_is_the_picks_shortfall_against_the_best_measured_run():
     judged = decisions.goal_met([r, best_is_pick])
     assert judged["within_2_percent"] == 1.0 and abs(judged["median"] - 0.0075) < 1e-12 and judged["met"]
     assert not decisions.goal_met([r, r, best_is_pick])["met"]  # median 1.5 %
+
+
+def test_the_regret_table_joins_the_chip_s_runs_to_the_committed_picks_by_program():
+    """A program measured once counts under every role it holds, on the shape it was committed for; a shape with
+    nothing measured waits; a refused plan is a loss where anything ran."""
+    a, b, c = (decisions.shape_of(k) for k in ("D2048-L4-S4096", "D3072-L2-S8192", "D1536-L8-S2048+opt_offload"))
+    picks = {"parts": [
+        {"shape": a.key, "job": "plan", "plan": {}, "runs": [{"roles": ["pick"], "batch": 2, "program": "p1"},
+                                                              {"roles": ["runner_up"], "batch": 4, "program": "p2"}]},
+        {"shape": a.key, "job": "preset:minimal", "runs": [{"roles": ["preset:minimal"], "batch": 2, "program": "p1"}]},
+        {"shape": b.key, "job": "plan", "plan": {}, "runs": [{"roles": ["pick"], "batch": 1, "program": "p3"}]},
+        {"shape": c.key, "job": "plan", "plan": {"error": "none fits"}, "runs": []},
+        {"shape": c.key, "job": "preset:full", "runs": [{"roles": ["preset:full"], "batch": 3, "program": "p4"}]}]}
+    measured = {"parts": [{"shape": a.key, "runs": [{"program": "p1", "tokens_per_s": 900.0},
+                                                    {"program": "p2", "tokens_per_s": 1000.0}]},
+                          {"shape": c.key, "runs": [{"program": "p4", "tokens_per_s": 500.0}]}]}
+    table, waiting = decisions.regret_table([picks], [measured], [a, b, c])
+    assert waiting == [b.key] and [r.shape for r in table] == [a.key, c.key]
+    assert table[0].pick == "pick/preset:minimal B=2" and table[0].best == "runner_up B=4"
+    assert abs(table[0].regret - 0.1) < 1e-12 and table[1].regret == 1.0 and table[1].pick == decisions.REFUSED

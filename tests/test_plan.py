@@ -55,7 +55,9 @@ def test_the_plan_fits_once_compiled_and_the_budget_predicted_it(plan_8b):
     assert k.fits and k.host_bytes <= plan_8b.host_limit_bytes
     assert plan_8b.margin_bytes == max(int(0.02 * plan_8b.usable_hbm_bytes), int(1.5 * 2**30))
     assert k.device_bytes <= plan_8b.usable_hbm_bytes - plan_8b.margin_bytes  # with the margin
-    assert abs(k.prediction_error) <= 0.05
+    # the budget never says "fits" by more than 3 % too few bytes; full remat (the pick since its baseline compiles,
+    # at B 72) it prices 5.5 % above its compile: room left unused, which the step further takes back
+    assert -0.03 <= k.prediction_error <= 0.06
     best = max(f.tokens_per_second for f in plan_8b.finalists if f.fits)
     if k.tokens_per_second < best:  # only a paired-band tie, broken by margin then simplicity, picks another
         assert plan_8b.tie_break.startswith("tied on tokens/s") and k.tokens_per_second >= plan.CONTENDERS * best
@@ -366,3 +368,55 @@ def test_a_tpu_plan_keeps_no_margin_a_gpu_plan_does():
     assert plan_lib.plan_margin(targets.target("tpu-v5e")).of(targets.target("tpu-v5e").usable_hbm_bytes) == 0
     h100 = targets.target("h100")
     assert plan_lib.plan_margin(h100).of(h100.usable_hbm_bytes) == int(1.5 * GiB)
+
+
+def test_every_maxtext_preset_is_weighed_by_the_search():
+    """The greedy order's prefixes miss some presets (``qkv_proj_offloaded`` saves q/k/v without the MLP's): the
+    search adds each preset's spec on the model's names, and ranks those that fit beside its own."""
+    from companion import models
+    from companion.planning.plan import planner
+
+    cfg = models.config("llama3.1-8b")
+    specs = planner.preset_specs(cfg)
+    qkv = {"query_proj": "offload", "key_proj": "offload", "value_proj": "offload"}
+    assert dict(specs[0]) == {} and qkv in [dict(s) for s in specs]  # full remat first; q/k/v offloaded among them
+    assert all(where in ("device", "offload") for s in specs for _, where in s)
+    found = plan.search("llama3.1-8b", H100, 4096, "fsdp=8")
+    ranked = {(frozenset(c.spec), c.state) for _, c in found.ranked}
+    assert (frozenset(qkv.items()), plan.train.StateConfig()) in ranked
+
+
+def test_full_remat_is_compiled_as_the_baseline_at_the_fastest_finalist_s_batch_and_levers():
+    """``_remat_baseline``: full remat on the fastest fitting finalist's mesh, state levers and batch, priced there;
+    nothing where full remat with those levers is already a finalist, or nothing fits."""
+    from companion import models
+    from companion.planning.plan import planner
+
+    mesh, on_host = {"fsdp": 8}, plan.train.StateConfig(optimizer_memory_host_offload=True)
+    cfg = models.config("llama3.1-8b")
+
+    def candidate(spec, batch, state):
+        return plan.Candidate(spec, batch, False, state, 0, 0, 0.0, 0.0, 1.0, tokens=batch * 4096 / 8)
+
+    fast = candidate((("mlpwi_0", "offload"),), 24, on_host)
+    slow = candidate((("mlpwi_0", "device"),), 8, plan.train.StateConfig())
+    checked = [(mesh, plan.Checked(fast, 10, 0, True, 1.0, 0.0, 0.0, 0.0, 1.0, 0)),
+               (mesh, plan.Checked(slow, 10, 0, True, 2.0, 0.0, 0.0, 0.0, 1.0, 0))]
+    flag_sets = planner._flag_sets(None, H100)
+    m, base = planner._remat_baseline(checked, cfg, H100, 4096, flag_sets)
+    assert m == mesh and base.spec == () and base.batch == 24 and base.state == on_host
+    assert base.device_bytes == budget.estimate(cfg, 24, 4096, {}, mesh, target=H100, state=on_host,
+                                                flags=flag_sets[False]).device_bytes
+    already = checked + [(mesh, plan.Checked(base, 10, 0, False, 1.0, 0.0, 0.0, 0.0, 1.0, 0))]
+    assert planner._remat_baseline(already, cfg, H100, 4096, flag_sets) is None
+    nothing_fits = [(m, dataclasses.replace(k, fits=False)) for m, k in checked]
+    assert planner._remat_baseline(nothing_fits, cfg, H100, 4096, flag_sets) is None
+
+
+def test_the_pick_is_the_largest_batch_that_compiles(plan_8b):
+    """The pick's program was compiled one batch step further (by its own search or after it) and did not fit
+    under the margin: the batch it gives is the largest that compiles."""
+    k, step = plan_8b.chosen, 8
+    further = [f for f in plan_8b.finalists if f.candidate.spec == k.candidate.spec
+               and f.candidate.state == k.candidate.state and f.candidate.batch == k.candidate.batch + step]
+    assert k.refused_batch == k.candidate.batch + step or (further and not further[0].fits)

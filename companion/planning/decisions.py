@@ -59,6 +59,10 @@ DEPTHS = tuple(range(1, 33))
 DEPTH_WINDOW = (0.6, 1.25)  # full remat at batch 1 by the budget, as a share of usable HBM
 NEAR = 0.95
 QUOTAS = {"near": 3, "offload_only": 3, "open": 6}
+# The second set tests the planner's fix (issue 52): drawn by the same rule with another seed, after the fix was
+# committed. Five shapes, the first set's mix in proportion (a quarter near the limit, a quarter offload-only, the
+# rest open), so that their runs fit the chip's 30 minutes for it (the first set's shapes took 11-13 runs each).
+SETS = {"first": (SEED, QUOTAS), "second": (5300, {"near": 1, "offload_only": 1, "open": 3})}  # name -> (seed, quotas)
 MAX_DRAWS = 60
 INPUT_OFFLOAD = {"decoder_layer_input": "offload"}
 
@@ -193,6 +197,13 @@ def kept(sorted_draws: list[Sorted], quotas: dict[str, int] | None = None) -> li
 SHAPES_RESULT = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "decision_shapes.json"
 
 
+def shapes_result(set_name: str = "first") -> Path:
+    """Where a set's drawn shapes are stored: ``decision_shapes.json`` for the first, ``decision_shapes_NAME.json``."""
+    if set_name not in SETS:
+        raise ValueError(f"decision set {set_name!r}: choose one of {', '.join(SETS)}")
+    return SHAPES_RESULT if set_name == "first" else SHAPES_RESULT.with_name(f"decision_shapes_{set_name}.json")
+
+
 def shape_of(key: str) -> Shape:
     """A shape back from its key (``D2048-L4-S4096+opt_offload``)."""
     found = re.fullmatch(r"D(\d+)-L(\d+)-S(\d+)(\+opt_offload)?", key)
@@ -278,3 +289,38 @@ def goal_met(regrets: list[Regret]) -> dict:
     median = float(np.median(values))
     return {"shapes": len(values), "within_2_percent": share, "median": median,
             "met": share >= GOAL_SHARE and median <= GOAL_MEDIAN}
+
+
+def merge_roles(runs: list[dict]) -> list[dict]:
+    """One run per compiled program (its ``program`` hash), with every role it holds."""
+    out: dict[str, dict] = {}
+    for r in runs:
+        if r["program"] in out:
+            out[r["program"]]["roles"] += [role for role in r["roles"] if role not in out[r["program"]]["roles"]]
+        else:
+            out[r["program"]] = {**r, "roles": list(r["roles"])}
+    return list(out.values())
+
+
+def regret_table(picks: list[dict], measured: list[dict], shapes: list[Shape]) -> tuple[list[Regret], list[str]]:
+    """Each shape's regret, and the shapes not yet measured. ``picks``: the committed picks (merged results with
+    ``entries`` or jobs' ``parts``); ``measured``: the chip's parts. Every committed run keeps all its roles, its
+    measured tokens/s joined by program; a shape whose plan the planner refused is a loss where anything ran."""
+    runs: dict[str, list[dict]] = {}
+    refused = set()
+    for data in picks:
+        for entry in data.get("entries", []) + data.get("parts", []):
+            runs[entry["shape"]] = merge_roles(runs.get(entry["shape"], []) + entry["runs"])
+            if "error" in entry.get("plan", {}):
+                refused.add(entry["shape"])
+    tokens = {r["program"]: r["tokens_per_s"] for data in measured
+              for p in data.get("entries", []) + data.get("parts", []) for r in p["runs"]}
+    table, waiting = [], []
+    for shape in shapes:
+        joined = [{**r, "tokens_per_s": tokens.get(r["program"])} for r in runs.get(shape.key, [])]
+        if not any(r["program"] in tokens for r in joined):
+            waiting.append(shape.key)
+            continue
+        table.append(regret(shape.key, joined, refused=shape.key in refused))
+    return table, waiting
+

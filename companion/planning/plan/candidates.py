@@ -107,6 +107,7 @@ class Checked:
     descriptor_issues: int  # offloaded scan residuals read with a wrong memcpy descriptor (openxla/xla #46231)
     margin_bytes: int = 0  # usable HBM left after the compiled peak
     report: object = dataclasses.field(repr=False, default=None, compare=False)  # the CompileReport
+    refused_batch: int | None = None  # the smallest batch above it compiled and found over the margin (None: untried)
 
     @property
     def tokens_per_second(self) -> float:

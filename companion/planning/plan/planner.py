@@ -90,6 +90,25 @@ _NO_GAIN = {"context": "saving it spares nothing: flash attention reruns its ker
             None: "saving it spares nothing: the backward pass reads no value computed from it"}
 
 
+def preset_specs(cfg) -> list[tuple[tuple[str, str], ...]]:
+    """MaxText's presets as search specs on ``cfg``'s names (the saved names and where; the rest recomputed).
+
+    The greedy order's prefixes do not hold them all: ``qkv_proj_offloaded`` keeps the attention projections
+    without the MLP's, and on the first decision set (D2560-L4-S32768 with the moments on the host) it ran at
+    batch 2 and 4 % faster on the chip than every prefix the planner compiled. A user weighs the presets
+    first; so does the search."""
+    from ... import models
+    from ...ground import policies
+
+    emitted = models.checkpoint_names(cfg)
+    out: list[tuple[tuple[str, str], ...]] = []
+    for name, preset in policies.PRESETS.items():
+        spec = tuple((n, where) for n, where in preset.touched(emitted).items() if where != "remat")
+        if spec not in out:
+            out.append(spec)
+    return out
+
+
 def _flag_sets(flags, target: Target | None = None):
     """The flag sets a candidate compiles with, by whether it pipelines its host offload. A TPU's are libtpu's
     (``libtpu.resolve``): XLA:TPU has no pipelined host offloading to turn on, so both are the same set."""
@@ -163,7 +182,8 @@ def search(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None
         # save the first k of the order; of those, offload the last j (HBM holds the rest)
         specs = [tuple((name, "offload" if i >= k - j else "device") for i, name in enumerate(order[:k]))
                  for k in range(len(order) + 1) for j in range(k + 1)]
-        specs += [spec + ((CARRY, "offload"),) for spec in specs]  # the scan carry: kept, or offloaded
+        specs += [s for s in preset_specs(cfg) if frozenset(s) not in {frozenset(t) for t in specs}]
+        specs += [spec + ((CARRY, "offload"),) for spec in specs if CARRY not in dict(spec)]  # the carry: kept, or offloaded
         for spec in specs:
             # a TPU's offload is never pipelined: XLA:TPU has no such pass to turn on (``_flag_sets``)
             pipelined = any(w == "offload" for _, w in spec) and not target.is_tpu
@@ -212,8 +232,9 @@ def plan(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None =
          flags=None, states=STATE_CHOICES, progress=None, margin: fit.Margin | None = None,
          processes_per_node: int = 1, for_jaxlib: str | None = None) -> Plan:
     """Search per-tensor remat/device/offload, batch, pipelined offload and the state levers for the
-    most simulated throughput that fits (``search``); compile and simulate the best few, and keep the
-    fastest whose compiled peak fits.
+    most simulated throughput that fits (``search``); compile and simulate the best few and full remat beside them
+    (``_remat_baseline``), keep the fastest whose compiled peak fits, and prove its batch the largest that compiles
+    (``_further``).
 
     ``mesh``: one mesh, or None to try ``mesh_candidates``. ``global_batch``: fixed (the planner then
     chooses gradient accumulation 1, 2, 4 or 8), or None (the largest each candidate fits, no
@@ -244,37 +265,12 @@ def plan(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None =
                                   grow=global_batch is None)))
         return checked[-1][1]
 
-    # the best of each (mesh, offload or not, state levers), in the budget's order, until enough compile and fit,
-    # each at the largest batch whose budget, scaled by its kind's miss so far (compiled / predicted; a kind not yet
-    # compiled takes its mesh's smallest), fits the room (``_shrunk``); a kind that did not fit is tried again with
-    # its next candidate, one that fitted is done. Misses differ by kind (on a TPU, 10 % for full remat, 30 % with
-    # the parameters on the host): one mesh-wide miss once ruled out a shape's only fitting candidate.
-    tried, fits, miss = {}, 0, {}  # (mesh, offloads, state) -> fitted; -> compiled / predicted, the largest
-    room = usable - margin.of(usable)
-
-    def miss_of(key) -> float:
-        return miss.get(key) or min((v for k, v in miss.items() if k[0] == key[0]), default=1.0)
-
-    for m, c in feasible:
-        key = (tuple(m.items()), c.offloads, c.state)
-        if tried.get(key):
-            continue
-        c = _shrunk(cfg, target, seq, m, c, flag_sets[c.pipelined], miss_of(key), room)
-        if c is None:
-            continue
-        done = check(m, c)
-        tried[key] = tried.get(key, False) or done.fits
-        fits += done.fits
-        miss[key] = max(miss.get(key, 1.0), done.device_bytes / done.candidate.device_bytes)
-        if fits >= max(1, max_compiles - 1) or len(checked) >= 2 * max_compiles:
-            break
+    fits = _compile_kinds(feasible, check, cfg, target, seq, flag_sets, usable - margin.of(usable), max_compiles)
+    baseline = _remat_baseline(checked, cfg, target, seq, flag_sets)
+    if baseline is not None and max_compiles > 1:
+        check(*baseline)
     if not fits:  # before giving up: the least memory the search found, at its smallest batch
-        m, c = min(feasible, key=lambda mc: budget_lib.estimate(cfg, sharding.batch_ways(mc[0]), seq, mc[1].policy,
-                                                                 mc[0], target=target, state=mc[1].state,
-                                                                 flags=flag_sets[mc[1].pipelined]).device_bytes)
-        step = sharding.batch_ways(m) * c.state.gradient_accumulation_steps
-        b = budget_lib.estimate(cfg, step, seq, c.policy, m, target=target, state=c.state, flags=flag_sets[c.pipelined])
-        check(m, _priced(dataclasses.replace(c, batch=step), b, cfg, target, m, seq))
+        check(*_least_memory(feasible, cfg, target, seq, flag_sets))
     twin = next(((m, k.candidate) for m, k in checked if k.fits and k.candidate.pipelined), None)
     if twin is not None and max_compiles > 1:  # the same plan without pipelined offload, for comparison
         m, c = twin
@@ -287,6 +283,13 @@ def plan(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None =
                          f"{min(k.device_bytes for _, k in checked) / GiB:.1f} GiB of {usable / GiB:.1f} usable): try a "
                          "larger --max-compiles, more GPUs or a smaller --margin-gib")
     (mesh_, best), tie_break = _choose(fitting)
+    if global_batch is None and max_compiles > 1:  # the pick's batch, proven the largest that compiles
+        if progress:
+            progress(f"compiling {best.candidate.label()} one batch step further")
+        further = _further(cfg, target, seq, mesh_, best, flag_sets[best.candidate.pipelined], margin, host_limit)
+        checked += [(mesh_, k) for k in further]
+        if any(k.fits for k in further):
+            (mesh_, best), tie_break = _choose([(m, k) for m, k in checked if k.fits])
     light = {id(k): dataclasses.replace(k, report=None) for _, k in checked}  # the compiles are not kept: GiBs at 671B
     best = light[id(best)]
     tensors = _explain(cfg, best.candidate, mesh_, seq, *orders[tuple(mesh_.items())], target)
@@ -294,6 +297,69 @@ def plan(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None =
                 host_limit, best, tuple(light[id(k)] for _, k in checked), tuple(tensors), found.searched, len(feasible),
                 found.seconds, time.perf_counter() - t0, flag_sets[best.candidate.pipelined], cfg,
                 margin.of(usable), tie_break, processes_per_node, for_jaxlib, "tpu" if target.is_tpu else "gpu")
+
+
+def _compile_kinds(feasible, check, cfg, target: Target, seq: int, flag_sets, room: int, max_compiles: int) -> int:
+    """Compile the best of each kind (mesh, offload or not, state levers) in the budget's order until enough fit;
+    how many fitted. Each at the largest batch whose budget, scaled by its kind's miss so far (compiled / predicted;
+    a kind not yet compiled takes its mesh's smallest), fits the ``room`` (``_shrunk``); a kind that did not fit is
+    tried again with its next candidate, one that fitted is done. Misses differ by kind (on a TPU, 10 % for full
+    remat, 30 % with the parameters on the host): one mesh-wide miss once ruled out a shape's only fitting one."""
+    tried, fits, miss = {}, 0, {}  # (mesh, offloads, state) -> fitted; -> compiled / predicted, the largest
+    compiled = 0
+
+    def miss_of(key) -> float:
+        return miss.get(key) or min((v for k, v in miss.items() if k[0] == key[0]), default=1.0)
+
+    for m, c in feasible:
+        key = (tuple(m.items()), c.offloads, c.state)
+        if tried.get(key):
+            continue
+        c = _shrunk(cfg, target, seq, m, c, flag_sets[c.pipelined], miss_of(key), room)
+        if c is None:
+            continue
+        done = check(m, c)
+        compiled += 1
+        tried[key] = tried.get(key, False) or done.fits
+        fits += done.fits
+        miss[key] = max(miss.get(key, 1.0), done.device_bytes / done.candidate.device_bytes)
+        if fits >= max(1, max_compiles - 1) or compiled >= 2 * max_compiles:
+            break
+    return fits
+
+
+def _least_memory(feasible, cfg, target: Target, seq: int, flag_sets) -> tuple[dict, Candidate]:
+    """The candidate the budget puts lowest at its smallest batch, priced there: the planner's last try."""
+    def smallest(mc):
+        m, c = mc
+        step = sharding.batch_ways(m) * c.state.gradient_accumulation_steps
+        return budget_lib.estimate(cfg, step, seq, c.policy, m, target=target, state=c.state,
+                                   flags=flag_sets[c.pipelined])
+
+    m, c = min(feasible, key=lambda mc: smallest(mc).device_bytes)
+    step = sharding.batch_ways(m) * c.state.gradient_accumulation_steps
+    return m, _priced(dataclasses.replace(c, batch=step), smallest((m, c)), cfg, target, m, seq)
+
+
+def _remat_baseline(checked, cfg, target: Target, seq: int, flag_sets) -> tuple[dict, Candidate] | None:
+    """What every pick must beat, compiled where no finalist is it: full remat (MaxText's default) on the fastest
+    fitting finalist's mesh, state levers and batch (``_check`` then steps up while the budget is loose). None where
+    nothing fits or full remat with those levers is already a finalist.
+
+    Why it is compiled, not ranked: on two shapes of the first decision set the chip ran full remat at the pick's
+    batch 6-9 % faster than the pick (an MLP offload: the v5e's host link is slow beside its compute), and the
+    simulator had ranked it first, but the search never compiled it there. The budget cannot place it: XLA:TPU
+    rematerializes on its own near the limit, so full remat with the moments on the host compiled to 15.56 GiB at
+    batch 1 and to 14.76 GiB at batch 3 (D4096-L2-S8192); the pick's batch is where the comparison means most."""
+    fitting = [(m, k) for m, k in checked if k.fits]
+    if not fitting:
+        return None
+    m, best = max(fitting, key=lambda mk: mk[1].tokens_per_second)
+    state, batch = best.candidate.state, best.candidate.batch
+    if any(not k.candidate.spec and k.candidate.state == state and n == m for n, k in checked):
+        return None
+    b = budget_lib.estimate(cfg, batch, seq, {}, m, target=target, state=state, flags=flag_sets[False])
+    return m, _priced(Candidate((), batch, False, state, 0, 0, 0.0, 0.0, 0.0), b, cfg, target, m, seq)
 
 
 def _simplicity(c: Candidate) -> tuple[int, int]:
@@ -419,15 +485,58 @@ def _check(cfg, target, seq, mesh, c: Candidate, flag_set, margin: fit.Margin, h
                     budget_lib.estimate(cfg, batch, seq, c.policy, mesh, target=target, state=c.state, flags=flag_set),
                     cfg, target, mesh, seq)
     c, report, verdict = kept or last
+    refused = min((b for b, _, fits in tried if not fits and b > c.batch), default=None)
     if verdict is None:  # refused at every batch tried: not simulated, never chosen
-        return Checked(c, report.needed_bytes, 0, False, float("inf"), 0.0, 0.0, 0.0, report.compile_seconds, 0,
-                       report.available_bytes - report.needed_bytes)
+        return dataclasses.replace(_refused(c, report), refused_batch=refused)
+    return dataclasses.replace(_simulated(c, report, verdict, target), refused_batch=refused)
+
+
+def _refused(c: Candidate, err: compiler.DoesNotFit) -> Checked:
+    """A finalist XLA:TPU refused to compile (over HBM): not simulated, never chosen."""
+    return Checked(c, err.needed_bytes, 0, False, float("inf"), 0.0, 0.0, 0.0, err.compile_seconds, 0,
+                   err.available_bytes - err.needed_bytes)
+
+
+def _simulated(c: Candidate, report, verdict, target: Target) -> Checked:
+    """A compiled finalist, simulated from its schedule."""
     sim = schedule.simulate(report, target)
     checks = report.offload.checks
     return Checked(c, report.device.peak_bytes, report.host.total_bytes, verdict.fits, sim.step_seconds,
                    sim.tflops_per_gpu, sim.exposed_transfer_seconds, sim.exposed_collective_seconds,
                    report.compile_seconds, len(checks.wrong) if checks is not None else 0,
                    verdict.usable_hbm_bytes - verdict.device_bytes, report)
+
+
+def _further(cfg, target: Target, seq: int, mesh, k: Checked, flag_set, margin: fit.Margin,
+             host_limit: int) -> list[Checked]:
+    """The pick's batch proven the largest: its program compiled one batch step further, and again while that fits
+    (``ATTEMPTS - 1`` compiles at most, the search's ceiling at most); every compile, in order, the last one over the
+    margin where one was. A step its own ``_check`` already found over the margin is not compiled again.
+
+    The budget's error is not one number: on the chip's first decision set it was 10-24 % under the compile for
+    saved tensors and 7 % over it for full remat with the moments on the host, and at S 32K its growth per batch
+    step was twice the compiler's. Where it says a step more does not fit, only the compiler knows."""
+    c = k.candidate
+    step = sharding.batch_ways(mesh) * c.state.gradient_accumulation_steps
+    placement = compiler.place(target, sharding.active_axes(mesh))
+    trainer = train.trainer(cfg, c.policy, state=c.state)
+    out: list[Checked] = []
+    for _ in range(ATTEMPTS - 1):
+        batch = c.batch + step
+        if batch > MAX_PER_SHARD * step or batch == k.refused_batch:
+            break
+        c = _priced(dataclasses.replace(c, batch=batch), budget_lib.estimate(
+            cfg, batch, seq, c.policy, mesh, target=target, state=c.state, flags=flag_set), cfg, target, mesh, seq)
+        try:
+            report = train.compile_step(trainer, placement, batch, seq, flags=flag_set)
+        except compiler.DoesNotFit as refused:
+            out.append(_refused(c, refused))
+            break
+        verdict = fit.check(report.device.peak_bytes, report.host.total_bytes, target, margin, host_limit)
+        out.append(_simulated(c, report, verdict, target))
+        if not verdict.fits:
+            break
+    return out
 
 
 def _explain(cfg, c: Candidate, mesh, seq: int, order, info, never, target: Target) -> list[TensorChoice]:
