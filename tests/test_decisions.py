@@ -56,26 +56,37 @@ def test_the_compiler_sorts_each_draw_and_the_quotas_end_the_draws():
     assert drawn[-1] in kept and all(s.draw == i for i, s in enumerate(drawn))  # stopped when the last quota filled
 
 
-def test_the_stored_shapes_are_the_rules_first_draws_each_sorted_and_spanning():
-    from pathlib import Path
-
+def _stored_draws(set_name: str):
+    """A set's stored draws, checked fresh (the chip lock's compiler sorted them), and the kept shapes."""
     from companion.ground import results
 
-    data, found = results.load(Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "decision_shapes.json")
-    assert found.fresh, found.line()  # the chip lock's compiler sorted them
+    seed, quotas = decisions.SETS[set_name]
+    data, found = results.load(decisions.shapes_result(set_name))
+    assert found.fresh, found.line()
     drawn = [decisions.Sorted(d["draw"], decisions.Shape(d["d_model"], d["layers"], d["seq"], d["optimizer_offload"]),
                               d["category"], d["full_peak_bytes"], d["offload_peak_bytes"], d["usable_hbm_bytes"],
                               tuple(d["depths"])) for d in data["draws"]]
-    assert data["seed"] == decisions.SEED and [s.draw for s in drawn] == list(range(len(drawn)))
-    kept = decisions.kept(drawn)
+    assert data["seed"] == seed and [s.draw for s in drawn] == list(range(len(drawn)))
+    kept = decisions.kept(drawn, quotas)
     assert [s.shape.key for s in kept] == data["shapes"]  # every committed shape is in the stored result
-    assert {c: [s.category for s in kept].count(c) for c in decisions.QUOTAS} == decisions.QUOTAS
+    assert {c: [s.category for s in kept].count(c) for c in quotas} == quotas
     for s in drawn:  # each category as its peaks say (the sort is the compiler's, the rule's thresholds)
         usable = s.usable_hbm_bytes
         if s.category in ("near", "open"):
             assert s.full_peak_bytes <= usable and (s.full_peak_bytes >= decisions.NEAR * usable) == (s.category == "near")
         elif s.category == "offload_only":
             assert s.full_peak_bytes > usable >= s.offload_peak_bytes
+    return kept
+
+
+def test_the_second_set_is_drawn_by_the_same_rule_with_its_own_seed_and_quotas():
+    kept = _stored_draws("second")
+    first = {s.key for s in decisions.committed_shapes()}
+    assert not first & {s.shape.key for s in kept}  # a new set: no shape of the one that showed the losses
+
+
+def test_the_stored_shapes_are_the_rules_first_draws_each_sorted_and_spanning():
+    kept = _stored_draws("first")
     shapes = [s.shape for s in kept]
     assert {min(s.d_model for s in shapes), max(s.d_model for s in shapes)} == {1536, 4096}
     assert {min(s.seq for s in shapes), max(s.seq for s in shapes)} == {2048, 32768}
@@ -117,3 +128,19 @@ def test_the_regret_table_joins_the_chip_s_runs_to_the_committed_picks_by_progra
     assert waiting == [b.key] and [r.shape for r in table] == [a.key, c.key]
     assert table[0].pick == "pick/preset:minimal B=2" and table[0].best == "runner_up B=4"
     assert abs(table[0].regret - 0.1) < 1e-12 and table[1].regret == 1.0 and table[1].pick == decisions.REFUSED
+
+
+def test_a_loss_is_read_side_by_side_and_the_table_lists_the_worst_first():
+    run = {"roles": ["pick"], "batch": 3, "measured_step_seconds": 1.9, "simulated_step_seconds": 1.87,
+           "exposed_transfer_seconds": 0.96, "recompute_flops": 8.4e12,
+           "time_by_kind": {"matmul": 0.8, "copy": 0.1, "transfer:d2h": 0.5}}
+    best = {**run, "roles": ["full_at_pick_batch"], "measured_step_seconds": 1.74, "exposed_transfer_seconds": 0.0,
+            "recompute_flops": 9.9e12, "time_by_kind": {"matmul": 1.1, "fusion": 0.3}}
+    rows = decisions.loss_rows({"shape": "D4096-L2-S8192", "runs": [run, best]}, kinds=2)
+    assert [r[""] for r in rows][-2:] == ["busy: matmul (s)", "busy: transfer:d2h (s)"]  # the two busiest classes
+    transfers = next(r for r in rows if r[""].startswith("exposed host"))
+    assert transfers == {"": "exposed host transfers (s)", "pick (pick)": "0.960", "best (full_at_pick_batch)": "0.000"}
+    lost = decisions.Regret("a", "pick B=3", 90.0, "full B=3", 100.0, 4)
+    won = decisions.Regret("b", "pick B=1", 100.0, "pick B=1", 100.0, 3)
+    assert [r["shape"] for r in decisions.regret_rows([won, lost])] == ["a", "b"]
+    assert decisions.regret_rows([lost])[0]["regret"] == "10.0%"

@@ -324,3 +324,65 @@ def regret_table(picks: list[dict], measured: list[dict], shapes: list[Shape]) -
         table.append(regret(shape.key, joined, refused=shape.key in refused))
     return table, waiting
 
+
+def regret_rows(table: list[Regret]) -> list[dict]:
+    """The regret table as rows (``tables.markdown``), worst first: the pick and the best measured, tokens/s each."""
+    return [{"shape": r.shape, "pick": r.pick, "pick tokens/s": round(r.pick_tokens_per_s),
+             "best": r.best, "best tokens/s": round(r.best_tokens_per_s), "runs": r.runs,
+             "regret": f"{r.regret:.1%}"} for r in sorted(table, key=lambda r: (-r.regret, r.shape))]
+
+
+def loss_rows(entry: dict, kinds: int = 6) -> list[dict]:
+    """Why a pick lost (one entry of ``decision_explained.json``): the pick and the best run side by side, their
+    measured and simulated steps, the exposed host transfers, the recompute, and the op classes that keep the
+    compute stream busiest (simulated seconds; streams overlap, so the classes do not add up to the step)."""
+    pick, best = entry["runs"]
+    top = sorted(set(pick["time_by_kind"]) | set(best["time_by_kind"]),
+                 key=lambda k: -max(pick["time_by_kind"].get(k, 0.0), best["time_by_kind"].get(k, 0.0)))[:kinds]
+    rows = [("batch", pick["batch"], best["batch"]),
+            ("measured step (s)", pick["measured_step_seconds"], best["measured_step_seconds"]),
+            ("simulated step (s)", pick["simulated_step_seconds"], best["simulated_step_seconds"]),
+            ("exposed host transfers (s)", pick["exposed_transfer_seconds"], best["exposed_transfer_seconds"]),
+            ("recompute (TFLOP)", pick["recompute_flops"] / 1e12, best["recompute_flops"] / 1e12),
+            *((f"busy: {k} (s)", pick["time_by_kind"].get(k, 0.0), best["time_by_kind"].get(k, 0.0)) for k in top)]
+    return [{"": name, f"pick ({'/'.join(pick['roles'])})": _short(a), f"best ({'/'.join(best['roles'])})": _short(b)}
+            for name, a, b in rows]
+
+
+def _short(value) -> str | int:
+    return value if isinstance(value, int) else f"{value:.3f}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Stored:
+    """One set's stored experiment: the committed picks, the chip's measurements, the losses explained."""
+
+    shapes: tuple[Shape, ...]
+    picks: dict  # decision_picks[_SET].json: per shape, the plan, the presets and every distinct run
+    measured: dict  # decision_measured[_SET].json: per shape, the runs the chip measured
+    explained: dict  # decision_explained[_SET].json: per lost shape, the pick and the best side by side ({} before)
+
+    def regrets(self) -> tuple[list[Regret], list[str]]:
+        return regret_table([self.picks], [self.measured], list(self.shapes))
+
+    def loss(self, shape: str) -> dict:
+        """The explained entry of a shape the pick lost (``loss_rows`` reads it)."""
+        found = next((e for e in self.explained.get("entries", []) if e["shape"] == shape), None)
+        if found is None:
+            lost = ", ".join(e["shape"] for e in self.explained.get("entries", [])) or "none"
+            raise ValueError(f"shape {shape!r}: no explained loss; the explained shapes are: {lost}")
+        return found
+
+
+def stored(set_name: str = "first") -> Stored:
+    """A set's experiment as ``benchmarks/results`` holds it (the shapes, picks, measurements, explained losses)."""
+    path = shapes_result(set_name)
+    suffix = "" if set_name == "first" else f"_{set_name}"
+
+    def read(name: str) -> dict:
+        found = path.with_name(f"{name}{suffix}.json")
+        return json.loads(found.read_text()) if found.exists() else {}
+
+    return Stored(tuple(committed_shapes(path)), read("decision_picks"), read("decision_measured"),
+                  read("decision_explained"))
+
