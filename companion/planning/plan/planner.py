@@ -284,9 +284,8 @@ def plan(model, target: Target, seq: int, mesh: Mapping[str, int] | str | None =
                          "larger --max-compiles, more GPUs or a smaller --margin-gib")
     (mesh_, best), tie_break = _choose(fitting)
     if global_batch is None and max_compiles > 1:  # the pick's batch, proven the largest that compiles
-        if progress:
-            progress(f"compiling {best.candidate.label()} one batch step further")
-        further = _further(cfg, target, seq, mesh_, best, flag_sets[best.candidate.pipelined], margin, host_limit)
+        further = _further(cfg, target, seq, mesh_, best, flag_sets[best.candidate.pipelined], margin, host_limit,
+                           progress)
         checked += [(mesh_, k) for k in further]
         if any(k.fits for k in further):
             (mesh_, best), tie_break = _choose([(m, k) for m, k in checked if k.fits])
@@ -508,7 +507,7 @@ def _simulated(c: Candidate, report, verdict, target: Target) -> Checked:
 
 
 def _further(cfg, target: Target, seq: int, mesh, k: Checked, flag_set, margin: fit.Margin,
-             host_limit: int) -> list[Checked]:
+             host_limit: int, progress=None) -> list[Checked]:
     """The pick's batch proven the largest: its program compiled one batch step further, and again while that fits
     (``ATTEMPTS - 1`` compiles at most, the search's ceiling at most); every compile, in order, the last one over the
     margin where one was. A step its own ``_check`` already found over the margin is not compiled again.
@@ -527,6 +526,8 @@ def _further(cfg, target: Target, seq: int, mesh, k: Checked, flag_set, margin: 
             break
         c = _priced(dataclasses.replace(c, batch=batch), budget_lib.estimate(
             cfg, batch, seq, c.policy, mesh, target=target, state=c.state, flags=flag_set), cfg, target, mesh, seq)
+        if progress:
+            progress(f"compiling {c.label()}: the pick one batch step further")
         try:
             report = train.compile_step(trainer, placement, batch, seq, flags=flag_set)
         except compiler.DoesNotFit as refused:
