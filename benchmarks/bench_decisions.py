@@ -11,7 +11,7 @@ and full remat at the pick's batch and state; runs that are the same program (th
 model emits, batch and state) are measured once, under every role they hold. ``results/decision_picks.json`` is
 committed before anything is measured. ``measure`` runs each of them on the chip (``measure.train_step``) and
 writes their tokens/s: the best measured is the reference, ``regret = 1 - pick / best``
-(``decisions.regret``). ``--merge PART ...`` joins parts (one per process) into one result. ``explain``
+(``regret.regret``). ``--merge PART ...`` joins parts (one per process) into one result. ``explain``
 (compile-only, after both are stored) compiles the pick and the best run of each shape the pick lost and
 simulates them side by side per op class: ``results/decision_explained.json``. ``--set second``: the second set.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 import _common
 
 from companion import compiler, freshness, policies, results, schedule, targets, train
-from companion.planning import decisions, plan
+from companion.planning import decisions, plan, regret
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -128,12 +128,12 @@ def committed_runs(paths: list[Path]) -> dict[str, list[dict]]:
 
 
 def regret_table(picks: list[Path], measured: list[Path], set_name: str = "first") -> dict:
-    """``decisions.regret_table`` over stored files; the goal judged over the shapes measured."""
-    table, waiting = decisions.regret_table([json.loads(Path(p).read_text()) for p in picks],
+    """``regret.regret_table`` over stored files; the goal judged over the shapes measured."""
+    table, waiting = regret.regret_table([json.loads(Path(p).read_text()) for p in picks],
                                             [json.loads(Path(p).read_text()) for p in measured],
                                             decisions.committed_shapes(decisions.shapes_result(set_name)))
     return {"regrets": [r.to_dict() for r in table], "not_measured": waiting,
-            "goal": decisions.goal_met(table) if table else None}
+            "goal": regret.goal_met(table) if table else None}
 
 
 def explain(key: str, runs: list[dict]) -> dict:
@@ -209,8 +209,8 @@ def main() -> None:
         picks = json.loads((RESULTS / name.replace("explained", "picks")).with_suffix(".json").read_text())
         measured = json.loads((RESULTS / name.replace("explained", "measured")).with_suffix(".json").read_text())
         tokens = {r["program"]: r["tokens_per_s"] for e in measured["entries"] for r in e["runs"]}
-        table, _ = decisions.regret_table([picks], [measured], shapes)
-        lost = [r.shape for r in table if r.regret > decisions.GOAL_REGRET and r.pick != decisions.REFUSED]
+        table, _ = regret.regret_table([picks], [measured], shapes)
+        lost = [r.shape for r in table if r.regret > regret.GOAL_REGRET and r.pick != regret.REFUSED]
         runs = {e["shape"]: [{**r, "tokens_per_s": tokens.get(r["program"])} for r in e["runs"]] for e in picks["entries"]}
         _common.write(name, {"entries": [explain(key, runs[key]) for key in lost]})
         return

@@ -5,7 +5,7 @@ import itertools
 import pytest
 
 from companion.hardware import targets
-from companion.planning import decisions
+from companion.planning import decisions, regret
 
 V5E = targets.target(decisions.TARGET)
 
@@ -97,17 +97,17 @@ def test_regret_is_the_picks_shortfall_against_the_best_measured_run():
     runs = [{"roles": ["pick", "preset:minimal"], "batch": 2, "tokens_per_s": 985.0},
             {"roles": ["preset:full"], "batch": 6, "tokens_per_s": 1000.0},
             {"roles": ["runner_up"], "batch": 3, "tokens_per_s": None}]  # refused on the chip: not a contender
-    r = decisions.regret("D2048-L4-S4096", runs)
+    r = regret.regret("D2048-L4-S4096", runs)
     assert r.best == "preset:full B=6" and r.runs == 2 and abs(r.regret - 0.015) < 1e-12
-    best_is_pick = decisions.regret("s", [{**runs[0], "tokens_per_s": 1010.0}, runs[1]])
+    best_is_pick = regret.regret("s", [{**runs[0], "tokens_per_s": 1010.0}, runs[1]])
     assert best_is_pick.regret == 0.0
     with pytest.raises(ValueError, match="the pick was not measured"):
-        decisions.regret("s", [{**runs[0], "tokens_per_s": None}, runs[1]])
-    lost = decisions.regret("s", runs[1:], refused=True)  # the planner gave no pick where full remat trains
-    assert lost.regret == 1.0 and lost.pick == decisions.REFUSED and lost.best == "preset:full B=6"
-    judged = decisions.goal_met([r, best_is_pick])
+        regret.regret("s", [{**runs[0], "tokens_per_s": None}, runs[1]])
+    lost = regret.regret("s", runs[1:], refused=True)  # the planner gave no pick where full remat trains
+    assert lost.regret == 1.0 and lost.pick == regret.REFUSED and lost.best == "preset:full B=6"
+    judged = regret.goal_met([r, best_is_pick])
     assert judged["within_2_percent"] == 1.0 and abs(judged["median"] - 0.0075) < 1e-12 and judged["met"]
-    assert not decisions.goal_met([r, r, best_is_pick])["met"]  # median 1.5 %
+    assert not regret.goal_met([r, r, best_is_pick])["met"]  # median 1.5 %
 
 
 def test_the_regret_table_joins_the_chip_s_runs_to_the_committed_picks_by_program():
@@ -124,10 +124,10 @@ def test_the_regret_table_joins_the_chip_s_runs_to_the_committed_picks_by_progra
     measured = {"parts": [{"shape": a.key, "runs": [{"program": "p1", "tokens_per_s": 900.0},
                                                     {"program": "p2", "tokens_per_s": 1000.0}]},
                           {"shape": c.key, "runs": [{"program": "p4", "tokens_per_s": 500.0}]}]}
-    table, waiting = decisions.regret_table([picks], [measured], [a, b, c])
+    table, waiting = regret.regret_table([picks], [measured], [a, b, c])
     assert waiting == [b.key] and [r.shape for r in table] == [a.key, c.key]
     assert table[0].pick == "pick/preset:minimal B=2" and table[0].best == "runner_up B=4"
-    assert abs(table[0].regret - 0.1) < 1e-12 and table[1].regret == 1.0 and table[1].pick == decisions.REFUSED
+    assert abs(table[0].regret - 0.1) < 1e-12 and table[1].regret == 1.0 and table[1].pick == regret.REFUSED
 
 
 def test_a_loss_is_read_side_by_side_and_the_table_lists_the_worst_first():
@@ -136,11 +136,70 @@ def test_a_loss_is_read_side_by_side_and_the_table_lists_the_worst_first():
            "time_by_kind": {"matmul": 0.8, "copy": 0.1, "transfer:d2h": 0.5}}
     best = {**run, "roles": ["full_at_pick_batch"], "measured_step_seconds": 1.74, "exposed_transfer_seconds": 0.0,
             "recompute_flops": 9.9e12, "time_by_kind": {"matmul": 1.1, "fusion": 0.3}}
-    rows = decisions.loss_rows({"shape": "D4096-L2-S8192", "runs": [run, best]}, kinds=2)
+    rows = regret.loss_rows({"shape": "D4096-L2-S8192", "runs": [run, best]}, kinds=2)
     assert [r[""] for r in rows][-2:] == ["busy: matmul (s)", "busy: transfer:d2h (s)"]  # the two busiest classes
     transfers = next(r for r in rows if r[""].startswith("exposed host"))
     assert transfers == {"": "exposed host transfers (s)", "pick (pick)": "0.960", "best (full_at_pick_batch)": "0.000"}
-    lost = decisions.Regret("a", "pick B=3", 90.0, "full B=3", 100.0, 4)
-    won = decisions.Regret("b", "pick B=1", 100.0, "pick B=1", 100.0, 3)
-    assert [r["shape"] for r in decisions.regret_rows([won, lost])] == ["a", "b"]
-    assert decisions.regret_rows([lost])[0]["regret"] == "10.0%"
+    lost = regret.Regret("a", "pick B=3", 90.0, "full B=3", 100.0, 4)
+    won = regret.Regret("b", "pick B=1", 100.0, "pick B=1", 100.0, 3)
+    assert [r["shape"] for r in regret.regret_rows([won, lost])] == ["a", "b"]
+    assert regret.regret_rows([lost])[0]["regret"] == "10.0%"
+
+
+def test_every_committed_shape_is_in_the_stored_experiment_picked_before_it_was_measured():
+    """The first set as stored: each committed shape has its plan (a pick or a refusal), its presets and its runs;
+    the chip measured only committed programs; and git holds the order — the shapes' commit before any pick's, each
+    shape's picks before any of its measurements."""
+    first = regret.stored("first")
+    keys = [s.key for s in first.shapes]
+    assert [e["shape"] for e in first.picks["entries"]] == keys == first.picks["shapes"]
+    assert [e["shape"] for e in first.measured["entries"]] == keys
+    for picked, measured in zip(first.picks["entries"], first.measured["entries"]):
+        assert ("label" in picked["plan"] and "command_line" in picked["plan"]) or "error" in picked["plan"], picked["shape"]
+        assert any("pick" in r["roles"] for r in picked["runs"]) != ("error" in picked["plan"]), picked["shape"]
+        assert set(picked["presets"]) == set(decisions.distinct_presets(decisions.shape_of(picked["shape"]).model()))
+        committed = {r["program"] for r in picked["runs"]}
+        assert measured["runs"] and {r["program"] for r in measured["runs"]} <= committed, picked["shape"]
+    table, waiting = first.regrets()
+    assert not waiting and len(table) == len(keys)
+
+
+def _first_added(path: str) -> str:
+    import subprocess
+
+    out = subprocess.run(["git", "log", "--diff-filter=A", "--format=%H", "--", path], capture_output=True,
+                         text=True, cwd=decisions.SHAPES_RESULT.parents[2])
+    return out.stdout.split()[-1] if out.returncode == 0 and out.stdout.split() else ""
+
+
+def _before(a: str, b: str) -> bool:
+    import subprocess
+
+    return subprocess.run(["git", "merge-base", "--is-ancestor", a, b], cwd=decisions.SHAPES_RESULT.parents[2]).returncode == 0
+
+
+def test_git_holds_the_order_shapes_then_picks_then_measurements():
+    """The shapes' commit precedes every pick's; each program the chip measured was committed in a pick's part
+    before the part that measured it."""
+    import json
+
+    parts = decisions.SHAPES_RESULT.parent / "parts"
+    shapes = _first_added("benchmarks/results/decision_shapes.json")
+    if not shapes:
+        pytest.skip("no git history here (an sdist or a shallow copy): the order is checked in a clone")
+    picked: dict[str, list[str]] = {}  # program -> commits that added a pick's part holding it
+    for path in parts.glob("decision_picks-*.json"):
+        added = _first_added(f"benchmarks/results/parts/{path.name}")
+        assert _before(shapes, added) and added != shapes, path.name
+        for part in json.loads(path.read_text())["parts"]:
+            for run in part["runs"]:
+                picked.setdefault(run["program"], []).append(added)
+    measured = 0
+    for path in parts.glob("decision_measured-*.json"):
+        added = _first_added(f"benchmarks/results/parts/{path.name}")
+        for part in json.loads(path.read_text())["parts"]:
+            for run in part["runs"]:
+                assert any(_before(c, added) and c != added for c in picked.get(run["program"], [])), \
+                    (path.name, run["roles"])
+                measured += 1
+    assert measured >= len(decisions.committed_shapes())
