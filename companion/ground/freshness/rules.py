@@ -56,4 +56,6 @@ EXTRA_COORDINATES: dict[str, dict[str, tuple[str, ...]]] = {
     "benchmarks/bench_tpu_simulation.py": {"model": ("llama3-8b",), "accelerator": ("tpu-v5e",)},
     # the decision experiment's shapes: Llama 3's layer at other widths and depths (``decisions.Shape.model``)
     "benchmarks/bench_decision_shapes.py": {"model": ("llama3-8b",), "accelerator": ("tpu-v5e",)},
+    # and the planner's picks on them, measured on the chip
+    "benchmarks/bench_decisions.py": {"model": ("llama3-8b",), "accelerator": ("tpu-v5e",)},
 }
