@@ -105,6 +105,12 @@ def test_regret_is_the_picks_shortfall_against_the_best_measured_run():
         regret.regret("s", [{**runs[0], "tokens_per_s": None}, runs[1]])
     lost = regret.regret("s", runs[1:], refused=True)  # the planner gave no pick where full remat trains
     assert lost.regret == 1.0 and lost.pick == regret.REFUSED and lost.best == "preset:full B=6"
+    unmeasured = [{**runs[0], "simulated_tokens_per_s": 1000.0}, {**runs[1], "simulated_tokens_per_s": 1000.0},
+                  {"roles": ["preset:minimal"], "batch": 1, "tokens_per_s": None, "not_run": True,
+                   "simulated_tokens_per_s": 700.0}]
+    labelled = regret.regret("s", unmeasured)
+    assert (labelled.not_run, round(labelled.not_run_gap, 3), labelled.runs) == (1, 0.3, 2)
+    assert regret.regret("s", runs).not_run == 0 and regret.regret("s", runs).not_run_gap is None
     judged = regret.goal_met([r, best_is_pick])
     assert judged["within_2_percent"] == 1.0 and abs(judged["median"] - 0.0075) < 1e-12 and judged["met"]
     assert not regret.goal_met([r, r, best_is_pick])["met"]  # median 1.5 %

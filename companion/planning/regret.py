@@ -48,11 +48,11 @@ REFUSED = "the planner refused (nothing it compiled fit)"
 
 
 def regret(shape: str, runs: list[dict], refused: bool = False) -> Regret:
-    """The pick's regret on one shape from its measured runs (each with ``roles``, ``batch``, ``tokens_per_s``: None
-    where it failed on the chip; ``not_run`` where the chip never ran it; ``simulated_tokens_per_s``). A planner that ``refused`` a shape where a run trains loses it
-    whole (regret 1); a pick that was not measured has no regret to give (ValueError). Runs not measured are counted,
-    with how far below the best the fastest of them is simulated: the best stands only as far as that gap is wider
-    than the simulator's error."""
+    """The pick's regret on one shape from its runs, each with ``roles``, ``batch``, ``tokens_per_s`` (None where it
+    failed on the chip), ``not_run`` (True where the chip never ran it) and ``simulated_tokens_per_s``. A planner
+    that ``refused`` a shape where a run trains loses it whole (regret 1); a pick that was not measured has no
+    regret to give (ValueError). Runs not measured are counted, with how far below the best the fastest of them is
+    simulated: the best stands only as far as that gap is wider than the simulator's error."""
     ran = [r for r in runs if r.get("tokens_per_s")]
     best = max(ran, key=lambda r: r["tokens_per_s"]) if ran else None
     if best is None:
