@@ -2,7 +2,8 @@
 
 A user comes for a decision (the per-tensor policy, the batch, the flags), not a step time. The experiment
 (issue 52) asks the planner for its pick on shapes it has never seen, runs the pick and every alternative on the
-lent TPU v5e, and scores the pick by its regret against the fastest measured: ``regret = 1 - pick / best``.
+lent TPU v5e, and scores the pick by its regret against the fastest measured: ``regret = 1 - pick / best``
+(``regret``, its own module).
 Its order is the point, and git holds it: this rule is committed first; the shapes it draws and the planner's
 picks are committed after; the chip measures last. A fix is tested on a second set drawn with another seed,
 committed after the fix.
