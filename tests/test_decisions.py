@@ -116,6 +116,25 @@ def test_regret_is_the_picks_shortfall_against_the_best_measured_run():
     assert not regret.goal_met([r, r, best_is_pick])["met"]  # median 1.5 %
 
 
+def test_a_regret_with_an_unmeasured_run_near_the_best_is_a_lower_bound_judged_only_where_it_already_misses():
+    """``settled``: every run the chip skipped is simulated more than the margin below the best; the margin is the
+    simulator's worst paired error over the measured runs."""
+    near = regret.Regret("a", "pick B=7", 100.0, "pick B=7", 100.0, 2, not_run=1, not_run_gap=-0.07)
+    far = regret.Regret("b", "pick B=1", 95.0, "full B=2", 100.0, 9, not_run=2, not_run_gap=0.39)
+    missed = regret.Regret("c", "pick B=8", 90.0, "full B=5", 100.0, 7, not_run=6, not_run_gap=0.05)
+    assert not near.settled(0.2) and far.settled(0.2) and near.settled(-0.1)
+    assert [r["regret"] for r in regret.regret_rows([near, far, missed], 0.2)] == [">= 10.0%", "5.0%", ">= 0.0%"]
+    judged = regret.goal_met([near, far, missed], 0.2)  # "a" may still lose: left out; "c" misses whatever is faster
+    assert (judged["shapes"], judged["unsettled"]) == (2, ["a"]) and not judged["met"]
+    assert regret.goal_met([near, far, missed])["shapes"] == 3
+    picks = {"entries": [{"shape": "s", "runs": [{"roles": ["pick"], "program": "p", "simulated_tokens_per_s": 100.0},
+                                                  {"roles": ["full"], "program": "q", "simulated_tokens_per_s": 50.0},
+                                                  {"roles": ["minimal"], "program": "r", "simulated_tokens_per_s": 90.0}]}]}
+    measured = {"entries": [{"shape": "s", "runs": [{"program": "p", "tokens_per_s": 100.0},
+                                                    {"program": "q", "tokens_per_s": 40.0}]}]}  # r not measured
+    assert abs(regret.paired_error(picks, measured) - 0.2) < 1e-12  # 100/50 simulated against 100/40 measured
+
+
 def test_the_regret_table_joins_the_chip_s_runs_to_the_committed_picks_by_program():
     """A program measured once counts under every role it holds, on the shape it was committed for; a shape with
     nothing measured waits; a refused plan is a loss where anything ran."""

@@ -233,6 +233,7 @@ def test_measure_takes_a_model_of_any_width_maxtexts_way_and_refuses_a_mix(tmp_p
     cfg, state = _measured_step(args)
     assert (cfg.d_model, cfg.num_layers, cfg.mlp_dim) == (2048, 4, 8192)
     assert (args.batch, args.seq, args.policy, state.optimizer_memory_host_offload) == (2, 4096, "minimal", True)
+    assert args.model_dims == {"d_model": 2048, "num_layers": 4, "mlp_dim": 8192}  # the record names them
     mixed = build_parser().parse_args(["measure", "--maxtext-config", str(config), "--seq", "2048"])
     with pytest.raises(ValueError, match="--seq and --maxtext-config both set the run"):
         _measured_step(mixed)

@@ -47,7 +47,7 @@ def _measured_step(args):
     args.batch, args.seq, args.policy = run.global_batch(1), run.seq, run.policy
     if args.batch < 1:
         raise ValueError(f"per_device_batch_size {run.per_device_batch_size} gives no whole sequence on one chip")
-    args.model = run.model
+    args.model, args.model_dims = run.model, dict(run.dims)  # the dimensions the run changes from the model's file
     return run.config(), run.state
 
 
@@ -65,13 +65,15 @@ def _measure(args) -> int:
     trainer = train.trainer(cfg, args.policy, state=state)
     record = measure.train_step(trainer, compiler.place(target), args.batch, args.seq, flags=args.xla_flags,
                                 steps=args.steps, warmup=args.warmup, footprint=args.footprint, trace_dir=args.trace)
-    out = {"model": cfg.name, "target": target.name, "batch": args.batch, "seq": args.seq,
-           "policy": trainer.policy.name, **record}
+    dims = getattr(args, "model_dims", None) or {}
+    out = {"model": cfg.name, **({"model_dims": dims} if dims else {}), "target": target.name, "batch": args.batch,
+           "seq": args.seq, "policy": trainer.policy.name, **record}
     if args.json:
         print(json.dumps(out, indent=1, default=str))
         return 0
     verdict, timing = record["verdict"], record.get("timing")
-    print(f"{cfg.name} B={args.batch} S={args.seq} {trainer.policy.name} on {target.name}: {verdict['status']}"
+    named = cfg.name + (f" ({', '.join(f'{k} {v}' for k, v in dims.items())})" if dims else "")
+    print(f"{named} B={args.batch} S={args.seq} {trainer.policy.name} on {target.name}: {verdict['status']}"
           + (f" ({verdict['stage']}: {verdict['message']})" if verdict["status"] != "runs" else ""))
     if timing:
         print(f"  step {timing['median'] * 1e3:.2f} ms median of {len(timing['seconds'])} (min {timing['min'] * 1e3:.2f}, "
