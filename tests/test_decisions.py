@@ -171,11 +171,12 @@ def test_a_loss_is_read_side_by_side_and_the_table_lists_the_worst_first():
     assert regret.regret_rows([lost])[0]["regret"] == "10.0%"
 
 
-def test_every_committed_shape_is_in_the_stored_experiment_picked_before_it_was_measured():
-    """The first set as stored: each committed shape has its plan (a pick or a refusal), its presets and its runs;
+@pytest.mark.parametrize("set_name", ["first", "second"])
+def test_every_committed_shape_is_in_the_stored_experiment_picked_before_it_was_measured(set_name):
+    """Each set as stored: each committed shape has its plan (a pick or a refusal), its presets and its runs;
     the chip measured only committed programs; and git holds the order — the shapes' commit before any pick's, each
     shape's picks before any of its measurements."""
-    first = regret.stored("first")
+    first = regret.stored(set_name)
     keys = [s.key for s in first.shapes]
     assert [e["shape"] for e in first.picks["entries"]] == keys == first.picks["shapes"]
     assert [e["shape"] for e in first.measured["entries"]] == keys
@@ -203,28 +204,30 @@ def _before(a: str, b: str) -> bool:
     return subprocess.run(["git", "merge-base", "--is-ancestor", a, b], cwd=decisions.SHAPES_RESULT.parents[2]).returncode == 0
 
 
-def test_git_holds_the_order_shapes_then_picks_then_measurements():
+@pytest.mark.parametrize("set_name", ["first", "second"])
+def test_git_holds_the_order_shapes_then_picks_then_measurements(set_name):
     """The shapes' commit precedes every pick's; each program the chip measured was committed in a pick's part
     before the part that measured it."""
     import json
 
     parts = decisions.SHAPES_RESULT.parent / "parts"
-    shapes = _first_added("benchmarks/results/decision_shapes.json")
+    suffix = "" if set_name == "first" else f"_{set_name}"
+    shapes = _first_added(f"benchmarks/results/{decisions.shapes_result(set_name).name}")
     if not shapes:
         pytest.skip("no git history here (an sdist or a shallow copy): the order is checked in a clone")
     picked: dict[str, list[str]] = {}  # program -> commits that added a pick's part holding it
-    for path in parts.glob("decision_picks-*.json"):
+    for path in parts.glob(f"decision_picks{suffix}-*.json"):
         added = _first_added(f"benchmarks/results/parts/{path.name}")
         assert _before(shapes, added) and added != shapes, path.name
         for part in json.loads(path.read_text())["parts"]:
             for run in part["runs"]:
                 picked.setdefault(run["program"], []).append(added)
     measured = 0
-    for path in parts.glob("decision_measured-*.json"):
+    for path in parts.glob(f"decision_measured{suffix}-*.json"):
         added = _first_added(f"benchmarks/results/parts/{path.name}")
         for part in json.loads(path.read_text())["parts"]:
             for run in part["runs"]:
                 assert any(_before(c, added) and c != added for c in picked.get(run["program"], [])), \
                     (path.name, run["roles"])
                 measured += 1
-    assert measured >= len(decisions.committed_shapes())
+    assert measured >= len(decisions.committed_shapes(decisions.shapes_result(set_name)))
