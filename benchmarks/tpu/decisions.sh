@@ -6,14 +6,7 @@
 #                                                    # on the chip: those shapes' runs, in turn
 set -uo pipefail
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
-SITE=${TPU_SITE:-/tmp/site}
-if [ ! -f "$SITE/.ok" ]; then
-  PIP="python3 -m pip install --isolated -q --only-binary=:all: --index-url file:///opt/pypi/simple --target $SITE"
-  PIP_CONFIG_FILE=/dev/null $PIP flax==0.12.8 optax==0.2.8 pyyaml >/dev/null 2>&1 \
-    || PIP_CONFIG_FILE=/dev/null $PIP flax optax pyyaml 2>&1 | tail -3
-  rm -rf "$SITE"/jax "$SITE"/jaxlib "$SITE"/numpy "$SITE"/jax-* "$SITE"/jaxlib-* "$SITE"/numpy-*  # the machine's own
-  touch "$SITE/.ok"
-fi
+source "$(dirname "$0")/site.sh"
 export PYTHONPATH=$PWD:$PWD/benchmarks:${PYTHONPATH:-}:$SITE  # the machine's JAX comes on its PYTHONPATH
 part=$1; shift
 if [ "$part" = picks ]; then
