@@ -176,17 +176,17 @@ def test_every_committed_shape_is_in_the_stored_experiment_picked_before_it_was_
     """Each set as stored: each committed shape has its plan (a pick or a refusal), its presets and its runs;
     the chip measured only committed programs; and git holds the order — the shapes' commit before any pick's, each
     shape's picks before any of its measurements."""
-    first = regret.stored(set_name)
-    keys = [s.key for s in first.shapes]
-    assert [e["shape"] for e in first.picks["entries"]] == keys == first.picks["shapes"]
-    assert [e["shape"] for e in first.measured["entries"]] == keys
-    for picked, measured in zip(first.picks["entries"], first.measured["entries"]):
+    stored = regret.stored(set_name)
+    keys = [s.key for s in stored.shapes]
+    assert [e["shape"] for e in stored.picks["entries"]] == keys == stored.picks["shapes"]
+    assert [e["shape"] for e in stored.measured["entries"]] == keys
+    for picked, measured in zip(stored.picks["entries"], stored.measured["entries"]):
         assert ("label" in picked["plan"] and "command_line" in picked["plan"]) or "error" in picked["plan"], picked["shape"]
         assert any("pick" in r["roles"] for r in picked["runs"]) != ("error" in picked["plan"]), picked["shape"]
         assert set(picked["presets"]) == set(decisions.distinct_presets(decisions.shape_of(picked["shape"]).model()))
         committed = {r["program"] for r in picked["runs"]}
         assert measured["runs"] and {r["program"] for r in measured["runs"]} <= committed, picked["shape"]
-    table, waiting = first.regrets()
+    table, waiting = stored.regrets()
     assert not waiting and len(table) == len(keys)
 
 
