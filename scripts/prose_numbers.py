@@ -1,0 +1,136 @@
+"""Every number the series' prose states with a unit, held against what its cells printed (issue 53, item 6).
+
+    .venv/bin/python scripts/prose_numbers.py            # each notebook's uncited numbers, and the count
+    .venv/bin/python scripts/prose_numbers.py --all      # every number found, cited or not
+
+A printed number cites with its unit, or bare in an output that names the unit elsewhere (a table's cell under a
+"GiB" header, ``attention 0.11`` beside "GiB:").
+
+A **prose number** is a number followed by a unit a learner would read as a measurement — ms, µs, s, GiB, GB, MiB,
+GB/s, TFLOP(/s), GFLOP, %, × or x — in a markdown cell, outside code spans. It is **cited** where the same number
+and unit appear in an output of a code cell above it in the same notebook — as printed, or rounded to the digits the prose gives (a printed
+22.3 % cites a prose 22 %, never 23 %) — or where ``notebooks/prose_numbers.json`` allows it with a reason (a datasheet figure, a
+setting the reader chooses, a number the prose derives and a test checks). Anything else is uncited: either the
+prose is wrong, or it cites an output that does not exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+ALLOWED = NOTEBOOKS / "prose_numbers.json"
+
+_UNIT = r"(?:ms|µs|us|s|GiB|GB/s|GB|MiB|MB|TB/s|TFLOP/s|TFLOP|GFLOP|%|×|x)"
+_NUMBER = re.compile(r"(?<![\w.])([-+−]?\d[\d,]*(?:\.\d+)?)\s?(" + _UNIT + r")(?![\w/])")
+_CODE_SPAN = re.compile(r"`[^`]*`")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProseNumber:
+    notebook: str
+    cell: int
+    text: str  # as the prose writes it, e.g. "21.6 GiB"
+    cited: str  # "output" | "allowed" | "" (uncited)
+
+
+def normalize(number: str, unit: str) -> str:
+    """One spelling of a number and its unit: thousands' commas and a space before the unit dropped, a Unicode
+    minus as '-', 'x' as '×'."""
+    return number.replace(",", "").replace("−", "-").lstrip("+") + {"x": "×", "us": "µs"}.get(unit, unit)
+
+
+def cites(printed: set[str], number: str) -> bool:
+    """Whether a printed number (normalized) says ``number``: the same, or the same rounded to its digits."""
+    if number in printed:
+        return True
+    value, unit = _split(number)
+    digits = len(value.split(".")[1]) if "." in value else 0
+    return any(u == unit and round(float(v), digits) == float(value) for v, u in map(_split, printed))
+
+
+def _split(normalized: str) -> tuple[str, str]:
+    m = re.match(r"(-?[\d.]+)(.*)", normalized)
+    return m.group(1), m.group(2)
+
+
+def numbers_in(text: str) -> list[tuple[str, str]]:
+    """``(as written, normalized)`` for each number with a unit in ``text`` (code spans left out)."""
+    return [(m.group(0), normalize(m.group(1), m.group(2))) for m in _NUMBER.finditer(_CODE_SPAN.sub(" ", text))]
+
+
+_BARE = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)(?![\w.])")
+_UNIT_TOKEN = re.compile(r"(?<![\w/])" + _UNIT + r"(?![\w/])")
+
+
+def printed_numbers(text: str) -> set[str]:
+    """The numbers an output prints, normalized with their units: a number followed by its unit, and a bare number
+    (a table's cell, ``attention 0.11`` beside "GiB:") with each unit the same output names elsewhere."""
+    found = {n for _, n in numbers_in(text)}
+    units = {"×" if u == "x" else u for u in _UNIT_TOKEN.findall(_NUMBER.sub(" ", text))} | {_split(n)[1] for n in found}
+    for bare in _BARE.findall(text.replace(",", "")):
+        found |= {bare + u for u in units}
+    return found
+
+
+def _text(value) -> str:
+    return value if isinstance(value, str) else "".join(value)
+
+
+def _printed(cell: dict) -> str:
+    out = []
+    for o in cell.get("outputs", []):  # each output its own block: a unit names the numbers of its own output
+        out.append(_text(o.get("text", "")))
+        data = o.get("data", {})
+        for kind in ("text/plain", "text/markdown", "text/html"):
+            out.append(_text(data.get(kind, "")))
+    return "\n".join(out)
+
+
+def allowed(path: Path = ALLOWED) -> dict[str, dict[str, str]]:
+    """notebook -> normalized number -> why the prose may state it without an output above it."""
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def check(notebook: Path, allow: dict[str, str] | None = None) -> list[ProseNumber]:
+    """Every prose number of one notebook, each with how it is cited."""
+    allow = allow or {}
+    cells = json.loads(Path(notebook).read_text())["cells"]
+    seen: set[str] = set()
+    found = []
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] == "code":
+            seen |= printed_numbers(_printed(cell))
+            continue
+        if cell["cell_type"] != "markdown":
+            continue
+        for written, n in numbers_in(_text(cell["source"])):
+            found.append(ProseNumber(Path(notebook).name, i, written, "output" if cites(seen, n) else
+                                     "allowed" if n in allow else ""))
+    return found
+
+
+def series(folder: Path = NOTEBOOKS) -> list[ProseNumber]:
+    allow = allowed(folder / ALLOWED.name)
+    return [n for p in sorted(Path(folder).glob("*.ipynb")) for n in check(p, allow.get(p.name, {}))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--all", action="store_true", help="every prose number, cited or not")
+    args = parser.parse_args()
+    found = series()
+    for n in found:
+        if args.all or not n.cited:
+            print(f"{n.notebook} cell {n.cell}: {n.text!r} {n.cited or 'UNCITED'}")
+    uncited = [n for n in found if not n.cited]
+    print(f"{len(found)} prose numbers, {len(found) - len(uncited)} cited, {len(uncited)} uncited")
+
+
+if __name__ == "__main__":
+    main()
