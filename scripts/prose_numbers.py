@@ -97,10 +97,43 @@ def allowed(path: Path = ALLOWED) -> dict[str, dict[str, str]]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+_CHECK = "# The exercises' answers, checked"
+_SOLUTION = re.compile(r"<details><summary>Solution</summary>(.*?)</details>", re.S)
+
+
+def _tags(cell: dict, role: str) -> list[str]:
+    return [t.partition(":")[2] for t in cell.get("metadata", {}).get("tags", []) if t.startswith(role + ":")]
+
+
+def _citing(cells: list[dict]) -> dict[int, set[str]]:
+    """cell index -> what cites its prose beyond the outputs above it (the rules in ``check``)."""
+    printed_to = []  # printed_to[i]: every number printed by the cells up to and including cell i
+    seen: set[str] = set()
+    for cell in cells:
+        if cell["cell_type"] == "code":
+            seen = seen | printed_numbers(_printed(cell))
+        printed_to.append(seen)
+    reveal = {name: i for i, c in enumerate(cells) for name in _tags(c, "reveal")}
+    extra = {0: printed_to[-1] if cells else set()}
+    for i, cell in enumerate(cells):
+        for name in _tags(cell, "predict"):
+            if name in reveal:
+                extra[i] = extra.get(i, set()) | printed_to[reveal[name]]
+    checks = [i for i, c in enumerate(cells) if c["cell_type"] == "code" and _text(c["source"]).startswith(_CHECK)]
+    if checks:
+        literals = printed_numbers(_text(cells[checks[0]]["source"]))  # each literal with every unit its source names
+        extra["solutions"] = printed_to[checks[0]] | literals
+    return extra
+
+
 def check(notebook: Path, allow: dict[str, str] | None = None) -> list[ProseNumber]:
-    """Every prose number of one notebook, each with how it is cited."""
+    """Every prose number of one notebook, each with how it is cited. Beyond the outputs above it, three things
+    cite a number: cell 0's answer is cited by any output of the notebook (it states what the notebook shows); a
+    prediction's folded answer (a ``predict:NAME`` cell) by the outputs up to its ``reveal:NAME`` cell; an
+    exercise's folded solution by the outputs up to the exercises' check cell and the literals that cell asserts."""
     allow = allow or {}
     cells = json.loads(Path(notebook).read_text())["cells"]
+    citing = _citing(cells)
     seen: set[str] = set()
     found = []
     for i, cell in enumerate(cells):
@@ -109,8 +142,11 @@ def check(notebook: Path, allow: dict[str, str] | None = None) -> list[ProseNumb
             continue
         if cell["cell_type"] != "markdown":
             continue
-        for written, n in numbers_in(_text(cell["source"])):
-            found.append(ProseNumber(Path(notebook).name, i, written, "output" if cites(seen, n) else
+        text = _text(cell["source"])
+        solutions = {n for block in _SOLUTION.findall(text) for _, n in numbers_in(block)}
+        for written, n in numbers_in(text):
+            cited_by = seen | citing.get(i, set()) | (citing.get("solutions", set()) if n in solutions else set())
+            found.append(ProseNumber(Path(notebook).name, i, written, "output" if cites(cited_by, n) else
                                      "allowed" if n in allow else ""))
     return found
 

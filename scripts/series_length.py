@@ -1,7 +1,8 @@
 """How long the series is to read: per notebook, the main line's words, what is folded, tables, figures, exercises,
 and an estimated reading time (issue 53's before-and-after table and its goal: main-line words <= 14,000).
 
-    .venv/bin/python scripts/series_length.py            # a markdown table of notebooks/*.ipynb, and the total
+    .venv/bin/python scripts/series_length.py            # a table of the main line (notebooks/NN_*), the total,
+                                                         # and the appendix (notebooks/A1_*) apart
     .venv/bin/python scripts/series_length.py --json     # the same as JSON
 
 **Words** are whitespace-separated tokens with at least one letter, in markdown cells, outside ``<details>`` blocks
@@ -114,8 +115,13 @@ def measure(path: Path) -> Length:
                   sum(map(words, main)), sum(map(words, folded)), tables, figures, exercises)
 
 
-def series(folder: Path = NOTEBOOKS) -> list[Length]:
-    return [measure(p) for p in sorted(Path(folder).glob("*.ipynb"))]
+MAIN_LINE = "[0-9][0-9]_*.ipynb"  # 00_..., 09_...: the lessons, in order
+APPENDIX = "A[0-9]_*.ipynb"  # A1_...: what the lessons point to and do not need (outside the goal)
+
+
+def series(folder: Path = NOTEBOOKS, pattern: str = MAIN_LINE) -> list[Length]:
+    """The main line's notebooks measured (``pattern=APPENDIX``: the appendix's)."""
+    return [measure(p) for p in sorted(Path(folder).glob(pattern))]
 
 
 def markdown_table(lengths: list[Length]) -> str:
@@ -137,10 +143,14 @@ def main() -> None:
     lengths = series(args.notebooks)
     total = sum(x.words for x in lengths)
     if args.json:
-        print(json.dumps({"notebooks": [x.row() for x in lengths], "words": total, "goal_words": GOAL_WORDS},
+        print(json.dumps({"notebooks": [x.row() for x in lengths], "words": total, "goal_words": GOAL_WORDS,
+                          "appendix": [x.row() for x in series(args.notebooks, APPENDIX)]},
                          indent=1))
         return
     print(markdown_table(lengths))
+    appendix = series(args.notebooks, APPENDIX)
+    if appendix:
+        print("\nAppendix (outside the goal):\n" + markdown_table(appendix))
     print(f"\nmain-line words: {total:,} (goal <= {GOAL_WORDS:,}: {'met' if total <= GOAL_WORDS else 'not met'})")
 
 

@@ -50,3 +50,38 @@ def test_spellings_are_one_number():
 @pytest.mark.xfail(strict=True, reason="issue 53 item 6: 411 of 757 prose numbers are not yet cited or allowed")
 def test_every_prose_number_of_the_series_is_cited():
     assert [f"{n.notebook} cell {n.cell}: {n.text}" for n in prose_numbers.series() if not n.cited] == []
+
+
+def _cells_notebook(tmp_path, cells) -> Path:
+    path = tmp_path / "planted.ipynb"
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    return path
+
+
+def _printing(text, tags=(), source="print(...)"):
+    return {"cell_type": "code", "source": source, "metadata": {"tags": list(tags)},
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": text}]}
+
+
+def test_the_answer_a_prediction_and_a_solution_are_cited_by_what_reveals_them(tmp_path):
+    cells = [
+        {"cell_type": "markdown", "source": "**Question.** How big?\n**Answer.** 21.61 GiB, in 105.3 ms."},
+        {"cell_type": "markdown", "source": "Predict the step. <details>It takes 105.3 ms.</details>",
+         "metadata": {"tags": ["predict:step"]}},
+        _printing("peak 21.61 GiB\n"),
+        _printing("step 105.3 ms\n", tags=["reveal:step"]),
+        {"cell_type": "markdown", "source": "## Exercises\n**1.** Halve it. <details><summary>Solution</summary>"
+                                            "About 52.6 ms, or 10.8 GiB.</details>"},
+        _printing("exercises 1-1: answers check out\n", source="# The exercises' answers, checked\n"
+                                                               "assert round(half, 1) == 52.6  # ms"),
+        {"cell_type": "markdown", "source": "## Takeaways\nIt peaks at 21.61 GiB in 105.3 ms."}]
+    assert _uncited(_cells_notebook(tmp_path, cells)) == ["10.8 GiB"]  # the solution's one number no check asserts
+
+
+def test_a_prediction_is_not_cited_by_outputs_after_its_reveal_nor_the_answer_by_nothing(tmp_path):
+    cells = [
+        {"cell_type": "markdown", "source": "**Question.** How big?\n**Answer.** 99 GiB."},
+        {"cell_type": "markdown", "source": "Predict. <details>105.3 ms</details>", "metadata": {"tags": ["predict:s"]}},
+        _printing("peak 21.61 GiB\n", tags=["reveal:s"]),
+        _printing("step 105.3 ms\n")]
+    assert _uncited(_cells_notebook(tmp_path, cells)) == ["99 GiB", "105.3 ms"]

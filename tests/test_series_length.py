@@ -46,3 +46,11 @@ def test_the_series_is_measured_and_its_goal_is_stated():
 @pytest.mark.xfail(strict=True, reason="issue 53: the main line is about twice the goal until the series is cut")
 def test_the_series_main_line_is_within_issue_53s_goal():
     assert sum(x.words for x in series_length.series()) <= series_length.GOAL_WORDS
+
+
+def test_the_appendix_is_measured_apart_from_the_main_line(tmp_path):
+    cell = {"cell_type": "markdown", "source": "## Exercises\n**1.** One.\n**2.** Two.\n**3.** Three.\n"}
+    for name in ("00_first.ipynb", "01_second.ipynb", "A1_deeper.ipynb"):
+        (tmp_path / name).write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    assert [x.notebook for x in series_length.series(tmp_path)] == ["00_first.ipynb", "01_second.ipynb"]
+    assert [x.notebook for x in series_length.series(tmp_path, series_length.APPENDIX)] == ["A1_deeper.ipynb"]

@@ -1,4 +1,4 @@
-"""The notation every notebook uses (one table, shown at the top of each)."""
+"""The notation the series uses: one table, of which each notebook shows the rows it uses (``show("B", "S")``)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ SYMBOLS: tuple[tuple[str, str], ...] = (
     ("S", "sequence length (tokens per sequence)"),
     ("D", "model width (embedding dimension)"),
     ("F", "MLP hidden width (Llama: mlp_dim)"),
+    ("D_in", "the input width of a tensor's producing matmul: the FLOPs that recompute one byte of it are 2 x D_in / A "
+             "(D for the attention projections and the MLP's up-projections, F for its down-projection)"),
     ("L", "number of decoder layers"),
     ("H, H_kv", "query heads, key/value heads; d_h = head dimension (MLA: d_qk for queries and keys, d_v for values)"),
     ("V", "vocabulary size"),
@@ -26,13 +28,28 @@ SYMBOLS: tuple[tuple[str, str], ...] = (
 )
 
 
-def markdown() -> str:
-    rows = "\n".join(f"| {s} | {m} |" for s, m in SYMBOLS)
-    return "| symbol | meaning |\n|---|---|\n" + rows
+def _names(symbol: str) -> tuple[str, ...]:
+    """The names one row defines: "B_d, b" defines B_d and b."""
+    return tuple(name.strip() for name in symbol.split(","))
 
 
-def show():
-    """Display the table in a notebook."""
+def rows(*names: str) -> tuple[tuple[str, str], ...]:
+    """The rows defining ``names``, in the table's order; every row where none is given."""
+    known = {n for symbol, _ in SYMBOLS for n in _names(symbol)}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"no symbol {unknown[0]!r} in the notation; valid: {', '.join(sorted(known))}")
+    return tuple((s, m) for s, m in SYMBOLS if not names or set(_names(s)) & set(names))
+
+
+def markdown(*names: str) -> str:
+    """The table as markdown: the rows defining ``names`` (a notebook shows only the symbols it uses), or all."""
+    body = "\n".join(f"| {s} | {m} |" for s, m in rows(*names))
+    return "| symbol | meaning |\n|---|---|\n" + body
+
+
+def show(*names: str):
+    """Display the table in a notebook: the rows defining ``names``, or all of them."""
     from IPython.display import Markdown, display
 
-    display(Markdown(markdown()))
+    display(Markdown(markdown(*names)))
