@@ -71,7 +71,7 @@ test-package: $(STAMP)
 test-notebooks: $(STAMP)
 	$(BIN)/python -m pytest -q $(XDIST) notebooks $(NBVAL)
 
-## The widgets of notebooks 01-06 in headless Chromium (Debian's chromium + chromium-driver; .ci/run installs them).
+## The widgets of notebooks 01-05 and 07 in headless Chromium (Debian's chromium + chromium-driver; .ci/run installs them).
 test-browser: $(STAMP)
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
 	  echo "make test-browser needs Chromium and its driver: apt-get install chromium chromium-driver"; exit 1; }

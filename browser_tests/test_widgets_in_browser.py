@@ -1,9 +1,9 @@
 """The notebooks' widgets in a real browser: JupyterLab (as `make lab` starts it: 127.0.0.1, token on)
 driven by headless Chromium (Debian's `chromium` and `chromium-driver`, through Selenium).
 
-For every notebook with a widget (01-06): run every cell, change an input of the notebook's widget, and
+For every notebook with a widget (01-05 and 07): run every cell, change an input of the notebook's widget, and
 check that the widget now shows what its pure function (`widgets.budget_view`, `policy_view`,
-`step_time_view`, `flag_view`, `plan_view`) gives for that input; in 01, 04 and 06, press the compile
+`step_time_view`, `flag_view`, `plan_view`) gives for that input; in 01, 04 and 07, press the compile
 button once and wait for the compiler's answer. Also: the server refuses a
 request without the token. A failing check leaves a screenshot in `browser_tests/screenshots/`.
 
@@ -200,10 +200,10 @@ def test_flag_explorer_follows_its_pure_function(lab, browser):
 
 
 def test_plan_explorer_follows_its_pure_function_and_compiles(lab, browser):
-    """Notebook 06: another MoE capacity re-runs the budget search as `widgets.plan_view`; on an 8B on 8 H100
+    """Notebook 07: another MoE capacity re-runs the budget search as `widgets.plan_view`; on an 8B on 8 H100
     (a few seconds to compile) the button runs the planner's compile and simulation."""
     base, token = lab
-    _run_all(browser, base, token, "06_maxtext_scale.ipynb")
+    _run_all(browser, base, token, "07_deepseek_v3.ipynb")
     _wait_for_control(browser, "MoE capacity")
     _status_shows(browser, widgets.plan_view().message)
     _select(browser, "MoE capacity", "2x the balanced rows")

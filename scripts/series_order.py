@@ -9,6 +9,10 @@ first screen, and asks each prediction before the cells that reveal it.
 ``predict:NAME`` on the markdown cell that asks it (its answer folded in ``<details>``), ``reveal:NAME`` on the
 first cell that shows the answer, ``check:NAME`` on the code cell that asserts it. Each name is asked, then
 revealed, then checked, in that order, and each notebook asks at least ``MIN_PREDICTIONS``.
+
+**An exercise** needs only the main line: its question sends the learner to no folded "Deeper" block and to no
+appendix notebook (``A1_…``). **A reference** ("notebook 04", "notebook 06, section 3") names a notebook that
+exists and a section it has.
 """
 
 from __future__ import annotations
@@ -75,9 +79,53 @@ def predictions(cells: list[dict]) -> list[str]:
     return problems
 
 
+_LEANS_ON_FOLD = re.compile(r"\bA\d_|\bA\d\b|appendix|Deeper", re.IGNORECASE)
+
+
+def exercises_stand_alone(cells: list[dict]) -> list[str]:
+    """Exercises that send the learner to a folded "Deeper" block or to the appendix: an exercise needs only the
+    main line (its own folded solution aside)."""
+    text = "\n".join(_source(c) for c in cells if c["cell_type"] == "markdown")
+    if "## Exercises" not in text:
+        return []
+    section = text.split("## Exercises", 1)[1].split("## Takeaways", 1)[0]
+    parts = re.split(r"^\*\*(\d+)\.\*\*", section, flags=re.M)
+    problems = []
+    for number, body in zip(parts[1::2], parts[2::2]):
+        asked = re.sub(r"<details>.*?</details>", "", body, flags=re.S)
+        if m := _LEANS_ON_FOLD.search(asked):
+            problems.append(f"exercise {number} leans on {m.group(0)!r}: an exercise needs only the main line")
+    return problems
+
+
+_NOTEBOOKS_NAMED = re.compile(r"\b[Nn]otebooks? ((?:\d\d|A\d)(?:(?:, | and | or |-|–)(?:\d\d|A\d))*)")
+_SECTION_NAMED = re.compile(r"\b[Nn]otebook (\d\d|A\d)(?:'s|,)? section (\d+)")
+
+
+def references(text: str, folder: Path = NOTEBOOKS) -> list[str]:
+    """Each "notebook NN" in ``text`` that names no notebook of ``folder``, and each "notebook NN, section K" whose
+    notebook has no "## K." heading (the series renumbered: a reference must follow)."""
+    names = {p.name.split("_")[0]: p for p in Path(folder).glob("*.ipynb")}
+    problems = []
+    for m in _NOTEBOOKS_NAMED.finditer(text):
+        for number in re.findall(r"\d\d|A\d", m.group(1)):
+            if number not in names:
+                problems.append(f"{m.group(0)!r}: no notebook {number}")
+    for m in _SECTION_NAMED.finditer(text):
+        number, section = m.groups()
+        if number in names:
+            headings = "\n".join(_source(c) for c in json.loads(names[number].read_text())["cells"]
+                                 if c["cell_type"] == "markdown")
+            if not re.search(rf"^##\s+{section}\.", headings, re.M):
+                problems.append(f"{m.group(0)!r}: notebook {number} has no section {section}")
+    return problems
+
+
 def check(path: Path) -> list[str]:
     cells = json.loads(Path(path).read_text())["cells"]
-    return first_screen(cells) + predictions(cells)
+    prose = "\n".join(_source(c) for c in cells if c["cell_type"] == "markdown")
+    return (first_screen(cells) + predictions(cells) + exercises_stand_alone(cells)
+            + references(prose, Path(path).parent))
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """The tables of docs/what-changed-0.12.md: the reference steps' peak HBM, host bytes, simulated step time and
 rankings on jaxlib 0.10.2 (the stored results at ``--before``, the commit before the move) and on the main lock
-(the stored results of this checkout), the flag tables' changes, the planner's picks and notebook 06's answer.
+(the stored results of this checkout), the flag tables' changes, the planner's picks and notebook 07's answer.
 
     .venv/bin/python scripts/what_changed.py --before b4fc7dd   # rewrites the generated part of the page
 
@@ -29,7 +29,7 @@ GROUPS = {  # the reference steps: (title, which central rows)
     "notebook 04: Llama 3.1 8B on 8 GB200 (NVLink-C2C, one Grace per two GPUs)":
         lambda r: r["model"] == "llama3.1-8b" and r["target"] == "gb200:2x4",
     "notebook 06: Llama 3.1 405B": lambda r: r["model"] == "llama3.1-405b",
-    "notebook 06: DeepSeek-V3 671B (sections 6-7)": lambda r: r["model"] == "deepseek-v3-671b" and not r.get("space"),
+    "notebook 07: DeepSeek-V3 671B": lambda r: r["model"] == "deepseek-v3-671b" and not r.get("space"),
 }
 GIB = 2**30
 
@@ -158,7 +158,7 @@ def generate(before_commit: str) -> str:
     space_old = [r for r in central_old["rows"] if r.get("space")]
     space_new = json.loads((ROOT / "benchmarks/results/central_space.json").read_text())
     again = space_new["stamp"]["versions"] != central_old["stamp"]["versions"]
-    parts.append("### Notebook 06's answer to the published +57 % (DeepSeek-V3, the published space)\n\n"
+    parts.append("### Notebook 07's answer to the published +57 % (DeepSeek-V3, the published space)\n\n"
                  f"**0.10.2:**\n\n{answer.headline(space_old)}\n\n**0.12:**\n\n"
                  + (answer.headline(space_new["rows"]) + "\n\n" + _space_moves(space_old, space_new["rows"]) if again else
                     "not yet rerun: `central_space.json` is still 0.10.2's (78 DeepSeek-V3 compiles on 256 and 512 "

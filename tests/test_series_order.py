@@ -58,3 +58,29 @@ def test_too_few_predictions_fail():
 def test_every_notebook_of_the_series_is_in_order():
     assert {p.name: series_order.check(p) for p in sorted(series_order.NOTEBOOKS.glob("*.ipynb"))
             if series_order.check(p)} == {}
+
+
+def test_an_exercise_that_leans_on_a_fold_or_the_appendix_fails():
+    ok = _md("## Exercises\n**1.** Predict the peak. <details><summary>Solution</summary>See the Deeper block, "
+             "A1.</details>\n## Takeaways")
+    bad = _md("## Exercises\n**1.** Open the Deeper block above.\n**2.** Read appendix A1 and say why.\n## Takeaways")
+    assert series_order.exercises_stand_alone([FIRST, ok]) == []
+    assert [p.split(" leans")[0] for p in series_order.exercises_stand_alone([FIRST, bad])] == [
+        "exercise 1", "exercise 2"]
+
+
+def test_a_reference_names_a_notebook_and_a_section_that_exist(tmp_path):
+    import json
+    cells = [_md("# 04\n## 3. Pipelining"), _md("## Exercises")]
+    (tmp_path / "04_pipelined.ipynb").write_text(json.dumps({"cells": cells}))
+    (tmp_path / "A1_bug.ipynb").write_text(json.dumps({"cells": cells}))
+    assert series_order.references("see notebook 04, section 3 and notebooks 04 and A1", tmp_path) == []
+    assert series_order.references("notebook 06 and notebooks 04-07; notebook 04, section 8", tmp_path) == [
+        "'notebook 06': no notebook 06", "'notebooks 04-07': no notebook 07",
+        "'notebook 04, section 8': notebook 04 has no section 8"]
+
+
+def test_the_project_s_own_pages_reference_notebooks_that_exist():
+    root = Path(__file__).resolve().parents[1]
+    pages = [root / "README.md", root / "benchmarks" / "README.md", *sorted((root / "docs").glob("*.md"))]
+    assert [f"{p.name}: {problem}" for p in pages for problem in series_order.references(p.read_text())] == []

@@ -61,7 +61,7 @@ def test_no_broken_internal_links(site):
 def test_pages_read_like_the_jax_docs(site):
     """JAX's docs' theme (sphinx-book-theme) with the lab's wide content column: tables scroll inside their cell,
     not the page."""
-    html = (site / "notebooks" / "06_maxtext_scale.html").read_text()
+    html = (site / "notebooks" / "06_405b_at_scale.html").read_text()
     assert "sphinx-book-theme" in html and "_static/wide.css" in html
     css = (site / "_static" / "wide.css").read_text()
     assert "max-width: 100rem" in css and "overflow-x: auto" in css
