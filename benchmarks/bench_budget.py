@@ -117,7 +117,7 @@ GRID = [
     Case("deepseek-v3-671b", "full", 64, 4096, "gb200:16x4", "fsdp=8,expert=8", moe={"dispatch": "ragged_dot"}),
     Case("deepseek-v3-671b", "full", 64, 4096, "gb200:16x4", "fsdp=8,expert=8", moe=DENSE),
     Case("deepseek-v3-671b", "full", 128, 4096, "gb200:32x4", "fsdp=16,expert=8", state=OPT_HOST),
-    # the whole model where its users run it: one sequence per GPU on 512 GB200 (notebook 06). Layer
+    # the whole model where its users run it: one sequence per GPU on 512 GB200 (notebook 07). Layer
     # stacks cut short do not compile to its structure: with 6 layers no MoE loop is left after XLA
     # peels 4 MoE layers, and the peeled layers' buffers are a large part of the real step's peak
     *[Case("deepseek-v3-671b", p, 512, 4096, "gb200:128x4", "fsdp=64,expert=8")

@@ -1,5 +1,5 @@
 """The series' central question at full size: does pipelined host offload train faster than
-rematerialization and than naive offload? (Notebook 06 reads the answer from here: each DeepSeek-V3
+rematerialization and than naive offload? (Notebook 07 reads the answer from here: each DeepSeek-V3
 compile takes 15-30 s on 2 cores.)
 
     .venv/bin/python benchmarks/bench_central.py
@@ -23,7 +23,7 @@ simulated too (what it would take), without a sweep.
 Then Llama 3.1 405B on 256 H100 (fsdp=256, S = 8192, 0.85) at B = 256: full remat (which does not fit
 there) and the decoder-layer carry offloaded, naive and pipelined.
 ``minimal_offloaded`` is left out: at B = 512 it needs ~297 GiB of pinned host memory per GPU, more than
-the Grace has behind each GPU (notebook 06, section 2).
+the Grace has behind each GPU (notebook 07, section 2).
 
 **The published experiment's space** (``SPACE``, issue #40; NVIDIA's July 2026 MaxText runs on Blackwell + Grace
 report pipelined offload +57 % over remat at "larger batch configurations", 165.2 GiB in use = 0.896 of a
@@ -206,7 +206,7 @@ def planner_row(fraction: float) -> dict:
 
 
 def case_rows() -> list[dict]:
-    """The series' cases (``CASES``: notebooks 04 and 06), each a compiled, simulated step."""
+    """The series' cases (``CASES``: notebooks 04, 06 and 07), each a compiled, simulated step."""
     rows = []
     for model, key, mesh, seq, fraction, batches, variants in CASES:
         target = targets.target(key, mem_fraction=fraction)

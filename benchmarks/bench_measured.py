@@ -595,7 +595,7 @@ def main() -> None:
                     record.pop("trace", None)
         merged = measured.merge(parts, FIRST_RUN_DEFAULTS, FIRST_RUN_NOTES + SECOND_RUN_NOTES + SIXTH_RUN_NOTES)
         shapes = max((p for p in parts if p.get("part") == "shapes"), key=lambda p: p["environment"]["date"], default={})
-        if shapes.get("loop_matmuls"):  # the newest shapes part's (fourth session): read as raw JSON by notebook 07
+        if shapes.get("loop_matmuls"):  # the newest shapes part's (fourth session): read as raw JSON by notebook 08
             merged["loop_matmuls"] = {**shapes["loop_matmuls"], "environment": shapes["environment"]}
         _common.write("measured", merged)
         return

@@ -47,7 +47,6 @@ def test_spellings_are_one_number():
         "8×", "3.2×", "12%", "0.9s", "14GB/s"]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 53 item 6: 411 of 757 prose numbers are not yet cited or allowed")
 def test_every_prose_number_of_the_series_is_cited():
     assert [f"{n.notebook} cell {n.cell}: {n.text}" for n in prose_numbers.series() if not n.cited] == []
 

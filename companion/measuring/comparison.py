@@ -194,7 +194,7 @@ def load(path: str | Path = RESULTS, m: measured.Measurements | None = None) -> 
     return Comparison(steps, tuple(pairs_of(m, simulated)), data.get("commit", ""), tuple(data.get("history", ())))
 
 
-# ----------------------------------------------------------------------------- tables (notebook 07)
+# ----------------------------------------------------------------------------- tables (notebook 08)
 
 
 def step_rows(c: Comparison, group: str = HELD_OUT) -> list[dict]:

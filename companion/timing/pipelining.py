@@ -2,8 +2,8 @@
 
 ``--xla_gpu_enable_pipelined_host_offloading`` moves each offloaded tensor's transfer one loop
 iteration away from its use: a write finishes during the next layer, a read starts during the layer
-before. Notebooks 04-06 find it winning on some steps and losing on others; these are the conditions
-that decide it (notebook 06, "When does pipelined offload pay?"), measured on the naive compile so they
+before. Notebooks 04, 06 and 07 find it winning on some steps and losing on others; these are the conditions
+that decide it (notebook 09, the decision card), measured on the naive compile so they
 can be checked before compiling the pipelined one:
 
 0. **transfers to win** — the naive step exposes host transfers, at least ``MIN_EXPOSED_SHARE`` of
@@ -36,7 +36,7 @@ recorded iteration. Conditions 0, 1, 2 and 4 are needed for a gain; 3 says wheth
 share in it. They are necessary, not sufficient: the collectives the scheduler moves around the
 transfers can tip the step either way, and where it costs kernels by constants (Blackwell at jaxlib
 0.10.2, notebook 05) it may leave reads exposed that could hide — which is why the verdict is checked
-against the simulated pair wherever both were compiled (notebook 06).
+against the simulated pair wherever both were compiled (notebook 09).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A compiled step as one comparable record: what ``tables.compared_steps`` ranks, what
-``benchmarks/bench_central.py`` stores and notebooks 04-06 read.
+``benchmarks/bench_central.py`` stores and notebooks 04, 06 and 07 read.
 
 ``record(report, label)`` keeps whether the step fits (device and pinned host, ``companion.fit``), its
 peak and host bytes, the simulated step (priced even where it does not fit: what it would take), its

@@ -40,7 +40,7 @@ MAXTEXT_GPU: dict[str, Any] = {
 }
 PRESETS: dict[str, dict[str, Any]] = {"maxtext_gpu": MAXTEXT_GPU, "none": {}}
 DEFAULT_PRESET = "maxtext_gpu"
-PIPELINED_HOST_OFFLOADING = "xla_gpu_enable_pipelined_host_offloading"  # the flag notebooks 04-06 turn on
+PIPELINED_HOST_OFFLOADING = "xla_gpu_enable_pipelined_host_offloading"  # the flag notebooks 04-07 turn on
 
 # The lab's fix for openxla/xla #46231 (jaxlib 0.10.2): without XLA's DynamicSliceAnnotator, no
 # dynamic-slice gets a precomputed memcpy descriptor, so an offloaded scan residual read at the

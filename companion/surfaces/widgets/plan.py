@@ -1,4 +1,4 @@
-"""The planner explorer (notebook 06): a model, accelerator and GPU count in, the planner's candidates by the
+"""The planner explorer (notebook 07): a model, accelerator and GPU count in, the planner's candidates by the
 analytic step out."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from ...hardware import targets
 from .common import GiB, SEQUENCES, Snapshot, _on_click_compile
 
 
-# ----------------------------------------------------------------------------- the planner (notebook 06)
+# ----------------------------------------------------------------------------- the planner (notebook 07)
 
 PLAN_MODELS = ("llama3.1-405b", "deepseek-v3-671b", "llama3.1-70b", "llama3.1-8b", "mixtral-8x7b", "tiny-llama",
                "tiny-deepseek")
@@ -72,7 +72,7 @@ def plan_snapshot(**inputs) -> Snapshot:
 
 def plan_explorer(model: str = "deepseek-v3-671b", gpu: str = "gb200", gpus: int = 512, seq: int = 4096,
                   mem_fraction: float = 0.85, capacity: float = -1.0, mesh: str = "fsdp=64,expert=8"):
-    """Notebook 06's planner: fraction, sequence, MoE capacity and mesh -> the budget's best candidates;
+    """Notebook 07's planner: fraction, sequence, MoE capacity and mesh -> the budget's best candidates;
     "compile and simulate" runs ``plan.plan`` on the best one (a compile: seconds for an 8B, ~20 s for the 671B)."""
     import ipywidgets as w
     from IPython.display import Markdown, display
