@@ -24,7 +24,8 @@ SYMBOLS: tuple[tuple[str, str], ...] = (
     ("N", "number of GPUs (devices) in the mesh"),
     ("P", "parameters"),
     ("GiB", "2^30 bytes (GB = 10^9 bytes, used for bandwidths: GB/s)"),
-    ("HBM", "the GPU's device memory; 'host' = pinned CPU memory (XLA memory space S(5))"),
+    ("HBM", "the accelerator's device memory (a GPU's; notebook 08's is a TPU's); 'host' = pinned CPU memory "
+            "(XLA memory space S(5))"),
 )
 
 
