@@ -8,7 +8,8 @@ first screen, and asks each prediction before the cells that reveal it.
 **A prediction** is tagged in the cells' metadata (Jupyter's cell tags, which JupyterLab shows and edits):
 ``predict:NAME`` on the markdown cell that asks it (its answer folded in ``<details>``), ``reveal:NAME`` on the
 first cell that shows the answer, ``check:NAME`` on the code cell that asserts it. Each name is asked, then
-revealed, then checked, in that order, and each notebook asks at least ``MIN_PREDICTIONS``.
+revealed, then checked, in that order, and each notebook asks at least ``MIN_PREDICTIONS``. The first cell's
+answer gives none of them away: it states no number a prediction's folded answer holds and its question does not.
 
 **An exercise** needs only the main line: its question sends the learner to no folded "Deeper" block and to no
 appendix notebook (``A1_…``). **A reference** ("notebook 04", "notebook 06, section 3") names a notebook that
@@ -21,6 +22,8 @@ import argparse
 import json
 import re
 from pathlib import Path
+
+from prose_numbers import numbers_in  # one reading of "a number with a unit" for both checks
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -79,6 +82,24 @@ def predictions(cells: list[dict]) -> list[str]:
     return problems
 
 
+def answer_spares_predictions(cells: list[dict]) -> list[str]:
+    """Predictions the first cell's answer gives away: a number (with its unit) that a prediction's folded answer
+    states and its question does not, already stated in the first cell before its folded block."""
+    def stated(text: str) -> set[str]:
+        return {n for _, n in numbers_in(text)}
+
+    answer = stated(_source(cells[0]).split("<details", 1)[0]) if cells else set()
+    problems = []
+    for i, cell in enumerate(cells):
+        for name in (t.partition(":")[2] for t in cell.get("metadata", {}).get("tags", []) if t.startswith("predict:")):
+            question, _, folded = _source(cell).partition("<details")
+            given_away = (answer & stated(folded)) - stated(question)
+            if given_away:
+                problems.append(f"prediction {name!r} (cell {i}): the first cell's answer already states "
+                                f"{', '.join(sorted(given_away))}")
+    return problems
+
+
 _LEANS_ON_FOLD = re.compile(r"\bA\d_|\bA\d\b|appendix|Deeper", re.IGNORECASE)
 
 
@@ -124,7 +145,7 @@ def references(text: str, folder: Path = NOTEBOOKS) -> list[str]:
 def check(path: Path) -> list[str]:
     cells = json.loads(Path(path).read_text())["cells"]
     prose = "\n".join(_source(c) for c in cells if c["cell_type"] == "markdown")
-    return (first_screen(cells) + predictions(cells) + exercises_stand_alone(cells)
+    return (first_screen(cells) + predictions(cells) + answer_spares_predictions(cells) + exercises_stand_alone(cells)
             + references(prose, Path(path).parent))
 
 

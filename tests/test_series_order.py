@@ -89,3 +89,13 @@ def test_the_code_s_docstrings_and_comments_reference_notebooks_that_exist():
     files = [p for d in ("companion", "benchmarks", "scripts") for p in sorted((root / d).rglob("*.py"))]
     assert [f"{p.relative_to(root)}: {problem}" for p in files
             for problem in series_order.references(p.read_text())] == []
+
+
+def test_an_answer_that_gives_a_prediction_away_fails():
+    spoiler = _md("# 02\n\n**Question.** Which is fastest?\n\n**Answer.** `minimal`, 35.1 ms on 55 GB/s.\n"
+                  "<details><summary>Objectives</summary>38.3 ms</details>")
+    asked = _md("Predict the step at 55 GB/s. <details><summary>Answer</summary>35.1 ms at 55 GB/s; "
+                "38.3 ms without.</details>", "predict:a")
+    assert series_order.answer_spares_predictions([spoiler, asked]) == [
+        "prediction 'a' (cell 1): the first cell's answer already states 35.1ms"]  # 55 GB/s is the question's given
+    assert series_order.answer_spares_predictions([FIRST, asked]) == []
