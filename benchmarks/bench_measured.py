@@ -4,6 +4,8 @@
     python benchmarks/bench_measured.py --part kernels --out D  # on the chip: matmuls, HBM copy, host link, memory probe
     python benchmarks/bench_measured.py --part grid|ab --out D [--only W ...] [--subset|--traced] [--process N] [--trace]
     python benchmarks/bench_measured.py --part fresh --out D [--start N]  # on the chip: FRESH (after the band was fixed)
+    python benchmarks/bench_measured.py --part long --out D [--start N]   # on the chip: LONG (S 24K-64K, issue 54)
+    python benchmarks/bench_measured.py --merge-long PART.json ...        # -> benchmarks/results/measured_long.json
     python benchmarks/bench_measured.py --merge PART.json ...   # -> benchmarks/results/measured.json
 
 The grid (``GRID``): full training steps (embedding, scanned decoder layers, head, AdamW; fp32 master
@@ -147,6 +149,24 @@ def _fresh() -> list[Step]:
                               flash_kernel=kernel, flags=OFFLOAD_FLAGS if "+flags" in name else None, fresh=True))
     return steps
 
+
+# Issue 54's long sequences (``--part long``, the seventh session): the grid's S 32K shape (two layers, one sequence)
+# from S 24K to 64K (4K apart at the two boundaries the first call found) under full remat and each way of keeping
+# the context or the projections: the longest sequence one v5e trains under each policy (XLA:TPU's verdict on the
+# chip: a step compiled over usable HBM is recorded, not run), and offload against remat wherever both train,
+# measured in one session. Measured before any change to the simulator's long-S pricing: what a fix is fitted to,
+# never its fresh test. Its own result (``results/measured_long.json``, ``--merge-long``): the 91 steps of
+# ``measured.json`` are not touched.
+LONG_SEQS = (24576, 28672, 32768, 36864, 40960, 49152, 65536)
+LONG_POLICIES = ("full", "context_device", "context_offload", "qkv_offload", "input_offload", "minimal_offloaded")
+LONG = [Step(2, 1, seq, policy) for seq in LONG_SEQS for policy in LONG_POLICIES]
+LONG_NOTES = (
+    "seventh session (issue 54): LONG, the S 32K grid shape (L2, B1, the lab's blockwise attention) from S 24K to "
+    "64K under six policies, each step's verdict from XLA:TPU on the chip, the steps that fit timed (3 calls after "
+    "1 warm-up); S 32K repeats the grid's shape in this session so that offload and remat are paired in one session. "
+    "The first call ran S 24K, 32K, 40K, 48K and 64K; S 28K and 36K were added after it, at the two boundaries it "
+    "found, and run in a second call with S 24K repeated in a second process (the run-to-run spread)",
+)
 
 TRACE_OP_FLOOR_SECONDS = 1e-5  # per step: ops below it are summed into the trace's "other" (their count kept)
 GRID = _grid()
@@ -496,7 +516,7 @@ def run_part(args) -> dict:
         return out
     placement = compiler.place(targets.target(TARGET))
     trace_root = os.path.join(args.out, "traces") if args.trace else None
-    grid = FRESH if args.part == "fresh" else [s for s in GRID if s.subset] if args.subset else GRID
+    grid = {"fresh": FRESH, "long": LONG}.get(args.part) or ([s for s in GRID if s.subset] if args.subset else GRID)
     if args.only:
         grid = [s for s in grid if any(word in s.key for word in args.only)]
     if args.traced:
@@ -523,6 +543,18 @@ def run_part(args) -> dict:
 
 AB_PAIRS = (("qkv_offload", "qkv_device"), ("mlp_offload", "mlp_device"), ("context_offload", "context_device"),
             ("minimal_offloaded", "minimal"))
+
+
+def longest(parts: list[dict]) -> dict[str, dict]:
+    """policy -> the longest LONG sequence it trained on the chip, and the shortest XLA:TPU refused or compiled over
+    usable HBM (None where every one ran, or none did)."""
+    ran = {r["key"]: r["verdict"]["status"] == "runs" for part in parts for r in part.get("steps", [])}
+    table = {}
+    for policy in LONG_POLICIES:
+        seqs = [(s.seq, ran[s.key]) for s in LONG if s.policy == policy and s.key in ran]
+        table[policy] = {"longest_trained": max((q for q, ok in seqs if ok), default=None),
+                         "shortest_not": min((q for q, ok in seqs if not ok), default=None)}
+    return table
 
 
 def compile_only(only: list[str] | None, largest: bool) -> dict:
@@ -556,7 +588,7 @@ def main() -> None:
 
     freshness.refuse_off_lock(results.producer())  # the chip's results: on the chip lock only
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("kernels", "overhead", "shapes", "grid", "fresh", "ab"))
+    parser.add_argument("--part", choices=("kernels", "overhead", "shapes", "grid", "fresh", "long", "ab"))
     parser.add_argument("--out", default=None, help="folder for this part's JSON (and traces)")
     parser.add_argument("--process", type=int, default=1)
     parser.add_argument("--start", type=int, default=0, help="skip the first N steps of the selection (resume)")
@@ -571,9 +603,10 @@ def main() -> None:
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--largest", action="store_true", help="compile-only: search each LARGEST policy's batch")
     parser.add_argument("--merge", nargs="*", default=None)
+    parser.add_argument("--merge-long", nargs="*", default=None, help="the long parts -> results/measured_long.json")
     args = parser.parse_args()
-    if args.part == "fresh" and (args.subset or args.traced):
-        parser.error("--part fresh runs FRESH (use --only or --start to choose among it): --subset and --traced select "
+    if args.part in ("fresh", "long") and (args.subset or args.traced):
+        parser.error(f"--part {args.part} runs {args.part.upper()} (use --only or --start to choose among it): --subset and --traced select "
                      "from GRID")
     if args.compile_only:  # rows compiled now replace the stored ones of the same step; the rest are kept
         stored = json.loads(COMPILE_ONLY.read_text()) if COMPILE_ONLY.exists() else {"steps": [], "largest": []}
@@ -584,6 +617,12 @@ def main() -> None:
         fresh["largest"] = fresh["largest"] or stored.get("largest", [])
         _common.write("measured_compile_only", {"stamp": results.stamp(), **fresh},
                       extends=args.only is not None or not args.largest)
+        return
+    if args.merge_long is not None:  # LONG's steps are grid-form steps: merged as such, into their own result
+        from companion import measured
+
+        parts = [{**json.loads(Path(p).read_text()), "part": "grid"} for p in args.merge_long]
+        _common.write("measured_long", {**measured.merge(parts, notes=LONG_NOTES), "longest": longest(parts)})
         return
     if args.merge is not None:
         from companion import measured

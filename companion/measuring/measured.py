@@ -55,6 +55,12 @@ USABLE_HBM_BYTES = 16_911_433_728  # what XLA:TPU's compile reports as v5e's usa
 TRACE_FIELDS = ("trace", "trace_ops")  # a step's reduced profiler trace, and every op's seconds per step
 
 
+def _session(environment: dict) -> str:
+    """The key of the code a part ran: its stamp's (``freshness`` rule 2), or the source hash rule 1 stamped."""
+    stamp = environment["stamp"]
+    return stamp.get("code") or stamp["companion_source"]
+
+
 def merge(parts: list[dict], step_defaults: dict | None = None, notes: tuple[str, ...] = ()) -> dict:
     """One measured record from the parts ``bench_measured.py`` wrote (any order): the first grid
     process's record of each step, with every process's median and their spread. ``step_defaults`` fill
@@ -69,7 +75,7 @@ def merge(parts: list[dict], step_defaults: dict | None = None, notes: tuple[str
     steps: dict[str, dict] = {}
     medians: dict[str, dict[str, float]] = {}
     for part in grids:
-        session = part["environment"]["stamp"]["companion_source"][:8]  # a process is one of a session's
+        session = _session(part["environment"])[:8]  # a process is one of a session's
         for record in part.get("steps", []):
             key = record["key"]
             if "timing" in record:
@@ -87,7 +93,7 @@ def merge(parts: list[dict], step_defaults: dict | None = None, notes: tuple[str
     ab = [row for part in parts for row in part.get("ab", [])]
     sessions: dict[str, dict] = {}  # each session's environment as its first part recorded it
     for part in sorted(parts, key=lambda p: p["environment"]["date"]):
-        sessions.setdefault(part["environment"]["stamp"]["companion_source"], part["environment"])
+        sessions.setdefault(_session(part["environment"]), part["environment"])
     return {"environment": grids[0]["environment"], "sessions": sorted(sessions.values(), key=lambda e: e["date"]),
             "notes": list(notes), "kernels": kernels.get("kernels"),
             "memory_probe": kernels.get("memory_probe"), "op_overhead": overhead.get("op_overhead"),
