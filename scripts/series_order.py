@@ -103,16 +103,21 @@ def answer_spares_predictions(cells: list[dict]) -> list[str]:
 _LEANS_ON_FOLD = re.compile(r"\bA\d_|\bA\d\b|appendix|Deeper", re.IGNORECASE)
 
 
+def exercises(cells: list[dict]) -> dict[int, str]:
+    """{number: the exercise's text, solution included} from the notebook's Exercises section (none without one)."""
+    text = "\n".join(_source(c) for c in cells if c["cell_type"] == "markdown")
+    if "## Exercises" not in text:
+        return {}
+    section = text.split("## Exercises", 1)[1].split("## Takeaways", 1)[0]
+    parts = re.split(r"^\*\*(\d+)\.\*\*", section, flags=re.M)
+    return {int(number): body for number, body in zip(parts[1::2], parts[2::2])}
+
+
 def exercises_stand_alone(cells: list[dict]) -> list[str]:
     """Exercises that send the learner to a folded "Deeper" block or to the appendix: an exercise needs only the
     main line (its own folded solution aside)."""
-    text = "\n".join(_source(c) for c in cells if c["cell_type"] == "markdown")
-    if "## Exercises" not in text:
-        return []
-    section = text.split("## Exercises", 1)[1].split("## Takeaways", 1)[0]
-    parts = re.split(r"^\*\*(\d+)\.\*\*", section, flags=re.M)
     problems = []
-    for number, body in zip(parts[1::2], parts[2::2]):
+    for number, body in exercises(cells).items():
         asked = re.sub(r"<details>.*?</details>", "", body, flags=re.S)
         if m := _LEANS_ON_FOLD.search(asked):
             problems.append(f"exercise {number} leans on {m.group(0)!r}: an exercise needs only the main line")

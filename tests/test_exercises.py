@@ -8,9 +8,13 @@ its check, and a stored check that did not pass cannot be committed.
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import series_order  # noqa: E402  (the series' one reading of an Exercises section)
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 CHECK = "# The exercises' answers, checked"
@@ -24,17 +28,9 @@ def _source(cell: dict) -> str:
     return "".join(cell["source"])
 
 
-def _exercises(cells: list[dict]) -> dict[int, str]:
-    """{number: the exercise's text, solution included} from the notebook's Exercises section."""
-    text = "\n".join(_source(c) for c in cells if c["cell_type"] == "markdown")
-    section = text.split("## Exercises", 1)[1].split("## Takeaways", 1)[0]
-    parts = re.split(r"^\*\*(\d+)\.\*\*", section, flags=re.M)
-    return {int(number): body for number, body in zip(parts[1::2], parts[2::2])}
-
-
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_at_least_three_exercises_each_with_a_solution_that_states_its_answer(path):
-    exercises = _exercises(_cells(path))
+    exercises = series_order.exercises(_cells(path))
     assert len(exercises) >= 3, path.name
     for number, body in exercises.items():
         assert "<details><summary>Solution</summary>" in body and "</details>" in body, (path.name, number)
@@ -52,9 +48,9 @@ def test_every_exercise_has_a_checked_answer_that_passed(path):
     code = _source(check)
     assert "assert " in code
     checked = {int(n) for n in re.findall(r"#\s*(\d+)\b", code)}
-    assert checked >= set(_exercises(cells)), (path.name, sorted(set(_exercises(cells)) - checked))
+    assert checked >= set(series_order.exercises(cells)), (path.name, sorted(set(series_order.exercises(cells)) - checked))
     out = "".join("".join(o.get("text", "")) for o in check["outputs"])
-    assert f"exercises 1-{max(_exercises(cells))}: answers check out" in out, (path.name, "the check's stored output")
+    assert f"exercises 1-{max(series_order.exercises(cells))}: answers check out" in out, (path.name, "the check's stored output")
     assert not any(o.get("output_type") == "error" for o in check["outputs"])
 
 
