@@ -39,3 +39,9 @@ def test_one_line_per_policy_through_the_batches_that_fit_with_each_steps_band_a
     assert [ax.get_title() for ax in visible] == ["512 GB200", "256 GB200"]
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert sorted(labels) == sorted(set(labels)) and "fastest full remat" in labels
+
+
+def test_without_a_full_remat_step_a_point_has_no_band_to_draw():
+    drawn = plots.throughput_points({"p": [_row("offloaded, pipelined", 1024, 4.0), _row("full remat", 512, 1.0, fits=False)]})
+    ((x, y, low, high),) = drawn["p"]["offloaded, pipelined (EP 64)"]
+    assert x == 2.0 and low == high == y  # the full-remat step does not fit: nothing to pair against

@@ -398,13 +398,11 @@ def measured_vs_simulated(steps, *, title: str = ""):
     return fig
 
 
-def throughput_vs_batch(panels: Mapping[str, Sequence[Mapping]], *, title: str = ""):
-    """Simulated tokens/s per GPU against the batch per GPU (B / N), one panel per system and fraction
-    (``panels``: the panel's title -> stored step rows, ``benchmarks/bench_central.py``), one line per policy
-    and mesh through the batches that fit. Around each line, each step's paired band against the panel's
-    fastest fitting full-remat step (``bands.rank_records``: the ratio's band times that step's tokens/s) is
-    shaded; where the shading covers the full-remat star, the lab calls the two a tie. The drawn numbers are
-    on the figure as ``fig.drawn``: panel -> line -> [(B per GPU, tokens/s per GPU, band low, band high)]."""
+def throughput_points(panels: Mapping[str, Sequence[Mapping]]) -> dict[str, dict[str, list[tuple]]]:
+    """What ``throughput_vs_batch`` draws: panel -> line (a policy, and its mesh where the label does not name it)
+    -> [(B per GPU, tokens/s per GPU, band low, band high)] through the batches that fit. The band is each step's
+    paired band against the panel's fastest fitting full-remat step (``bands.rank_records``: the ratio's band times
+    that step's tokens/s); without a full-remat step, a point's band is the point."""
     import math
 
     from ..timing import bands
@@ -413,41 +411,51 @@ def throughput_vs_batch(panels: Mapping[str, Sequence[Mapping]], *, title: str =
         mesh = r.get("mesh_name")
         return f"{r['label']} ({mesh})" if mesh and mesh not in r["label"] else r["label"]
 
-    def gpus(r):
-        return math.prod(int(n) for n in r["target"].split(":")[1].split("x"))
+    def per_gpu(r):
+        return r["batch"] / math.prod(int(n) for n in r["target"].split(":")[1].split("x"))
 
-    keys = sorted({line(r) for rows in panels.values() for r in rows if r["fits"]})
+    drawn = {}
+    for name, rows in panels.items():
+        fitting = [r for r in rows if r["fits"]]
+        base = max((r for r in fitting if r["label"] == "full remat"), key=lambda r: r["tokens_per_second"], default=None)
+        lines = drawn[name] = {}
+        for r in sorted(fitting, key=lambda r: (line(r), r["batch"])):
+            low, high = bands.rank_records(r, base).to_dict()["band"] if base is not None else (1.0, 1.0)
+            scale = base["tokens_per_second"] if base is not None else r["tokens_per_second"]
+            lines.setdefault(line(r), []).append((per_gpu(r), r["tokens_per_second"], low * scale, high * scale))
+    return drawn
+
+
+def throughput_vs_batch(panels: Mapping[str, Sequence[Mapping]], *, title: str = ""):
+    """Simulated tokens/s per GPU against the batch per GPU (B / N), one panel per system and fraction
+    (``panels``: the panel's title -> stored step rows, ``benchmarks/bench_central.py``), one line per policy
+    and mesh through the batches that fit, each step's paired band against the panel's fastest full-remat step
+    shaded (``throughput_points``); where the shading covers the full-remat star, the lab calls the two a tie.
+    The drawn numbers are on the figure as ``fig.drawn``."""
+    drawn = throughput_points(panels)
+    keys = sorted({key for lines in drawn.values() for key in lines})
     colors = {k: plt.get_cmap("tab10")(i % 10) for i, k in enumerate(keys)}
     cols = min(len(panels), 2)
     nrows = -(-len(panels) // cols)
     fig, grid = plt.subplots(nrows, cols, figsize=(4.6 * cols + 3.4, 3.4 * nrows), sharey=True, squeeze=False)
     panes = list(grid.flat)
-    fig.drawn = {}
-    seen = set()  # each line and the star named once in the legend
-    for ax, (name, rows) in zip(panes, panels.items()):
-        fitting = [r for r in rows if r["fits"]]
-        remat = [r for r in fitting if r["label"] == "full remat"]
-        base = max(remat, key=lambda r: r["tokens_per_second"]) if remat else None
-        drawn = fig.drawn[name] = {}
+    fig.drawn = drawn
+    named = set()  # each line and the star named once in the legend
+    for ax, (name, lines) in zip(panes, drawn.items()):
         for key in keys:
-            steps = sorted((r for r in fitting if line(r) == key), key=lambda r: r["batch"])
-            if not steps:
+            if key not in lines:
                 continue
-            points = []
-            for r in steps:
-                low, high = (bands.rank_records(r, base).to_dict()["band"] if base is not None else (1.0, 1.0))
-                scale = base["tokens_per_second"] if base is not None else r["tokens_per_second"]
-                points.append((r["batch"] / gpus(r), r["tokens_per_second"], low * scale, high * scale))
-            drawn[key] = points
-            x, y, lo, hi = zip(*points)
-            ax.plot(x, y, marker="o", ms=4, color=colors[key], label=key if key not in seen else None)
-            seen.add(key)
+            x, y, lo, hi = zip(*lines[key])
+            ax.plot(x, y, marker="o", ms=4, color=colors[key], label=None if key in named else key)
+            named.add(key)
             ax.fill_between(x, lo, hi, color=colors[key], alpha=0.18, lw=0)
             ax.vlines(x, lo, hi, color=colors[key], alpha=0.5, lw=1)
-        if base is not None:
-            ax.plot([base["batch"] / gpus(base)], [base["tokens_per_second"]], marker="*", ms=13, color="black",
-                    ls="none", label=None if "_base" in seen else "fastest full remat")
-            seen.add("_base")
+        remat = [point for key, points in lines.items() if key.split(" (")[0] == "full remat" for point in points]
+        if remat:  # the step every band of the panel is paired against
+            x, y, _, _ = max(remat, key=lambda p: p[1])
+            ax.plot([x], [y], marker="*", ms=13, color="black", ls="none",
+                    label=None if "_base" in named else "fastest full remat")
+            named.add("_base")
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("sequences per GPU (B / N)")
         ax.grid(alpha=0.3)

@@ -42,8 +42,9 @@ gradient and the update's host copies: the phases above that sit after the loop 
 
 **Its goal** (``benchmarks/bench_budget.py`` measures it): the fits verdict agrees with the compiler's,
 the device bytes within a median |error| of 1.0 % (worst 3.0 %) over the real-size configurations that fit,
-the host bytes exact (the goal ``budget.json`` stores; notebook 01 prints it and whether it is met). The residual is where XLA's scheduler places buffers; the compile (``compiler.compile``, its
-seconds printed) is the exact answer, and the budget is for what a widget or a search needs at once.
+the host bytes exact (the goal ``budget.json`` stores; notebook 01 prints it and whether it is met). The
+residual is where XLA's scheduler places buffers; the compile (``compiler.compile``, its seconds printed) is the
+exact answer, and the budget is for what a widget or a search needs at once.
 
 The latency-hiding scheduler keeps some buffers alive longer while it is under its memory limit
 (extra fp32 score copies, offloaded moments brought in early): where it is, the budget says so.
