@@ -82,6 +82,11 @@ def _text(value) -> str:
     return value if isinstance(value, str) else "".join(value)
 
 
+def source(cell: dict) -> str:
+    """A cell's source as one string (a notebook stores it as a string or a list of lines)."""
+    return _text(cell.get("source", ""))
+
+
 def _printed(cell: dict) -> str:
     out = []
     for o in cell.get("outputs", []):  # each output its own block: a unit names the numbers of its own output
@@ -97,7 +102,7 @@ def allowed(path: Path = ALLOWED) -> dict[str, dict[str, str]]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-_CHECK = "# The exercises' answers, checked"
+CHECK = "# The exercises' answers, checked"  # the first line of a notebook's one check cell
 _SOLUTION = re.compile(r"<details><summary>Solution</summary>(.*?)</details>", re.S)
 
 
@@ -119,9 +124,9 @@ def _citing(cells: list[dict]) -> dict[int, set[str]]:
         for name in _tags(cell, "predict"):
             if name in reveal:
                 extra[i] = extra.get(i, set()) | printed_to[reveal[name]]
-    checks = [i for i, c in enumerate(cells) if c["cell_type"] == "code" and _text(c["source"]).startswith(_CHECK)]
+    checks = [i for i, c in enumerate(cells) if c["cell_type"] == "code" and source(c).startswith(CHECK)]
     if checks:
-        literals = printed_numbers(_text(cells[checks[0]]["source"]))  # each literal with every unit its source names
+        literals = printed_numbers(source(cells[checks[0]]))  # each literal with every unit its source names
         extra["solutions"] = printed_to[checks[0]] | literals
     return extra
 
@@ -142,7 +147,7 @@ def check(notebook: Path, allow: dict[str, str] | None = None) -> list[ProseNumb
             continue
         if cell["cell_type"] != "markdown":
             continue
-        text = _text(cell["source"])
+        text = source(cell)
         solutions = {n for block in _SOLUTION.findall(text) for _, n in numbers_in(block)}
         for written, n in numbers_in(text):
             cited_by = seen | citing.get(i, set()) | (citing.get("solutions", set()) if n in solutions else set())

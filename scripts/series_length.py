@@ -8,8 +8,8 @@ and an estimated reading time (issue 53's before-and-after table and its goal: m
 **Words** are whitespace-separated tokens with at least one letter, in markdown cells, outside ``<details>`` blocks
 (the main line a learner reads); words inside them are counted apart as folded. A markdown table, in a cell or in
 an output, is one table (its header rule, ``|---``); an HTML ``<table>`` in an output is one. A figure is an image
-output (PNG, SVG or JPEG; a widget's static fallback is one). An exercise is a bold number at a line's start under
-an "Exercises" heading.
+output (PNG, SVG or JPEG; a widget's static fallback is one). An exercise is a bold number at a line's start in the
+"## Exercises" section (``series_order.exercises``).
 
 **Minutes** are a floor, not a measurement: the main line at 238 words a minute (Brysbaert 2019, "How many words do
 we read per minute?", J. Memory and Language 109: the mean for silent reading of English non-fiction), plus one
@@ -26,6 +26,9 @@ import json
 import re
 from pathlib import Path
 
+from prose_numbers import source as _source
+from series_order import exercises  # the series' one reading of an Exercises section
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 GOAL_WORDS = 14_000  # issue 53: the series' main line
@@ -36,7 +39,6 @@ MINUTES_PER_CODE_CELL = 0.5
 
 _DETAILS = re.compile(r"(<details\b[^>]*>|</details>)", re.IGNORECASE)
 _TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)+\|?\s*$", re.MULTILINE)
-_EXERCISE = re.compile(r"^\*\*\d+\.\*\*", re.MULTILINE)
 _IMAGES = ("image/png", "image/svg+xml", "image/jpeg")
 
 
@@ -75,11 +77,6 @@ def words(text: str) -> int:
     return sum(bool(re.search(r"[A-Za-z]", token)) for token in text.split())
 
 
-def _source(cell: dict) -> str:
-    source = cell.get("source", "")
-    return source if isinstance(source, str) else "".join(source)
-
-
 def _output_tables_and_figures(cell: dict) -> tuple[int, int]:
     tables = figures = 0
     for out in cell.get("outputs", []):
@@ -99,20 +96,13 @@ def measure(path: Path) -> Length:
     cells = json.loads(Path(path).read_text())["cells"]
     markdown = [_source(c) for c in cells if c["cell_type"] == "markdown"]
     main, folded = zip(*(split_details(m) for m in markdown)) if markdown else ((), ())
-    in_exercises = False
-    exercises = 0
-    for text in markdown:
-        if re.search(r"^#+\s*Exercises", text, re.MULTILINE):
-            in_exercises = True
-        if in_exercises:
-            exercises += len(_EXERCISE.findall(split_details(text)[0]))
     tables = sum(len(_TABLE_RULE.findall(m)) for m in main)
     figures = 0
     for c in cells:
         t, f = _output_tables_and_figures(c)
         tables, figures = tables + t, figures + f
     return Length(Path(path).name, len(markdown), sum(c["cell_type"] == "code" for c in cells),
-                  sum(map(words, main)), sum(map(words, folded)), tables, figures, exercises)
+                  sum(map(words, main)), sum(map(words, folded)), tables, figures, len(exercises(cells)))
 
 
 MAIN_LINE = "[0-9][0-9]_*.ipynb"  # 00_..., 09_...: the lessons, in order

@@ -24,16 +24,12 @@ import re
 from pathlib import Path
 
 from prose_numbers import numbers_in  # one reading of "a number with a unit" for both checks
+from prose_numbers import source as _source
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 MIN_PREDICTIONS = 3
 ROLES = ("predict", "reveal", "check")
-
-
-def _source(cell: dict) -> str:
-    source = cell.get("source", "")
-    return source if isinstance(source, str) else "".join(source)
 
 
 def first_screen(cells: list[dict]) -> list[str]:

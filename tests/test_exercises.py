@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import prose_numbers  # noqa: E402  (the check cell's first line)
 import series_order  # noqa: E402  (the series' one reading of an Exercises section)
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-CHECK = "# The exercises' answers, checked"
+CHECK = prose_numbers.CHECK
 
 
 def _cells(path: Path) -> list[dict]:
